@@ -223,8 +223,10 @@ ENGINE_API int32_t engine_sampler_sample(engine_sampler *smp, const float *logit
 
 /*
  * Called for each generated token. text/len is the newly completed UTF-8
- * text (possibly empty while a character is still incomplete), valid during
- * the call. Return nonzero to stop generating.
+ * text (possibly empty while a character is still incomplete; special
+ * tokens such as EOS give none), valid during the call. Return nonzero to
+ * stop generating. If the generation ends inside an incomplete character,
+ * one last call with id -1 delivers the remaining text (as U+FFFD).
  */
 typedef int (*engine_token_fn)(int32_t id, const char *text, size_t len, void *user);
 
@@ -253,10 +255,14 @@ typedef struct engine_generate_stats {
 ENGINE_API engine_generate_params engine_generate_default_params(void);
 
 /*
- * Evaluate the prompt and generate up to n_predict tokens, stopping at EOS.
- * Generated ids (EOS included when produced) go to out_ids[0..cap) if out_ids
- * is not NULL; *n_out (may be NULL) receives how many were generated. The
- * tokens stay in the session's context.
+ * Evaluate the prompt after the tokens already in the context and generate
+ * up to n_predict tokens, stopping at EOS. Generated ids (EOS included when
+ * produced) go to out_ids[0..cap) if out_ids is not NULL (ids beyond cap are
+ * generated but not stored); *n_out (may be NULL) receives how many were
+ * generated. Afterwards the context holds the prompt and every generated
+ * token except the last, which was sampled but not evaluated: to continue,
+ * pass it first in the next prompt. An empty prompt continues from the
+ * logits of the last evaluation.
  */
 ENGINE_API engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n_prompt,
                                          const engine_generate_params *params, int32_t *out_ids,

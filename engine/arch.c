@@ -1,0 +1,147 @@
+/*
+ * arch.c: the table of supported architectures and the binding of their
+ * weights (names and shapes as transformers saves them) to views into the
+ * mapping. Every architecture here shares tensor names; what differs is a
+ * row of flags.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "model.h"
+
+static const arch_features ARCHES[] = {
+    /* name                 qkv_bias qk_norm config_bias sliding_window */
+    {"LlamaForCausalLM",    false,   false,  true,       false},
+    {"MistralForCausalLM",  false,   false,  false,      true},
+    {"Qwen2ForCausalLM",    true,    false,  false,      true},
+    {"Qwen3ForCausalLM",    false,   true,   true,       true},
+};
+
+const arch_features *arch_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof ARCHES / sizeof ARCHES[0]; i++)
+        if (strcmp(ARCHES[i].name, name) == 0)
+            return &ARCHES[i];
+    return NULL;
+}
+
+const char *arch_supported_list(void)
+{
+    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+}
+
+static k_dtype to_kdtype(st_dtype t)
+{
+    return t == ST_F16 ? K_F16 : t == ST_BF16 ? K_BF16 : K_F32;
+}
+
+/*
+ * Look up name and check it is a floating tensor of shape [rows, cols]
+ * (cols == 0: a vector of rows elements). optional: absence is not an error
+ * and leaves w->data NULL.
+ */
+static engine_status bind(engine_model *m, k_weight *w, const char *name, int rows, int cols, bool optional,
+                          err_buf *e)
+{
+    memset(w, 0, sizeof *w);
+    const st_tensor *t = st_find(m->weights, name);
+    const char *file = st_file_path(m->weights, 0);
+    if (!t) {
+        if (optional)
+            return ENGINE_OK;
+        return err_set(e, ENGINE_ERR_FORMAT, "%s: tensor '%s' is missing", file, name);
+    }
+    file = st_file_path(m->weights, t->shard);
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
+        return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; this build reads F32, F16 and BF16",
+                       file, name, st_dtype_name(t->dtype));
+    bool ok = cols == 0 ? (t->n_dims == 1 && t->shape[0] == rows)
+                        : (t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols);
+    if (!ok) {
+        char got[96] = "", want[48];
+        size_t off = 0;
+        for (int i = 0; i < t->n_dims && off < sizeof got; i++)
+            off += (size_t)snprintf(got + off, sizeof got - off, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (cols == 0)
+            snprintf(want, sizeof want, "%d", rows);
+        else
+            snprintf(want, sizeof want, "%d, %d", rows, cols);
+        return err_set(e, ENGINE_ERR_FORMAT, "%s: tensor '%s' has shape [%s], expected [%s] from config.json", file,
+                       name, got, want);
+    }
+    w->data = t->data;
+    w->dtype = to_kdtype(t->dtype);
+    w->rows = cols == 0 ? 1 : rows;
+    w->cols = cols == 0 ? rows : cols;
+    m->n_params += t->n_elements;
+    m->weight_bytes += t->nbytes;
+    return ENGINE_OK;
+}
+
+engine_status model_bind_weights(engine_model *m, err_buf *e)
+{
+    const cfg_model *c = &m->cfg;
+    const arch_features *a = m->arch;
+    const int dim = c->dim, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd, ffn = c->ffn_dim;
+    const bool attn_bias = a->config_bias && c->attention_bias;
+    const bool qkv_bias = a->qkv_bias || attn_bias;
+    engine_status st;
+    char name[160];
+
+#define BIND(w, rows, cols, optional)                                    \
+    do {                                                                 \
+        if ((st = bind(m, (w), name, (rows), (cols), (optional), e)))    \
+            return st;                                                   \
+    } while (0)
+#define BIND_NAMED(w, nm, rows, cols, optional)        \
+    do {                                               \
+        snprintf(name, sizeof name, "%s", (nm));       \
+        BIND(w, rows, cols, optional);                 \
+    } while (0)
+
+    BIND_NAMED(&m->tok_emb, "model.embed_tokens.weight", c->vocab_size, dim, false);
+    BIND_NAMED(&m->out_norm, "model.norm.weight", dim, 0, false);
+    /* Tied checkpoints usually omit lm_head; some keep a copy, which is then used. */
+    BIND_NAMED(&m->lm_head, "lm_head.weight", c->vocab_size, dim, c->tie_embeddings);
+    if (!m->lm_head.data)
+        m->lm_head = m->tok_emb;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        memset(L, 0, sizeof *L); /* absent biases and norms stay NULL */
+#define LAYER(w, suffix, rows, cols, optional)                                  \
+    do {                                                                        \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, (suffix));         \
+        BIND(w, rows, cols, optional);                                          \
+    } while (0)
+        LAYER(&L->attn_norm, "input_layernorm.weight", dim, 0, false);
+        LAYER(&L->wq, "self_attn.q_proj.weight", qd, dim, false);
+        LAYER(&L->wk, "self_attn.k_proj.weight", kvd, dim, false);
+        LAYER(&L->wv, "self_attn.v_proj.weight", kvd, dim, false);
+        LAYER(&L->wo, "self_attn.o_proj.weight", dim, qd, false);
+        if (qkv_bias) {
+            LAYER(&L->bq, "self_attn.q_proj.bias", qd, 0, false);
+            LAYER(&L->bk, "self_attn.k_proj.bias", kvd, 0, false);
+            LAYER(&L->bv, "self_attn.v_proj.bias", kvd, 0, false);
+        }
+        if (attn_bias)
+            LAYER(&L->bo, "self_attn.o_proj.bias", dim, 0, false);
+        if (a->qk_norm) {
+            LAYER(&L->q_norm, "self_attn.q_norm.weight", hd, 0, false);
+            LAYER(&L->k_norm, "self_attn.k_norm.weight", hd, 0, false);
+        }
+        LAYER(&L->ffn_norm, "post_attention_layernorm.weight", dim, 0, false);
+        LAYER(&L->w_gate, "mlp.gate_proj.weight", ffn, dim, false);
+        LAYER(&L->w_up, "mlp.up_proj.weight", ffn, dim, false);
+        LAYER(&L->w_down, "mlp.down_proj.weight", dim, ffn, false);
+        if (c->mlp_bias) {
+            LAYER(&L->b_gate, "mlp.gate_proj.bias", ffn, 0, false);
+            LAYER(&L->b_up, "mlp.up_proj.bias", ffn, 0, false);
+            LAYER(&L->b_down, "mlp.down_proj.bias", dim, 0, false);
+        }
+#undef LAYER
+    }
+#undef BIND
+#undef BIND_NAMED
+    return ENGINE_OK;
+}

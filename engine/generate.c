@@ -1,0 +1,121 @@
+/*
+ * generate.c: the generation loop: evaluate the prompt as one batch, then
+ * sample, stream the text and evaluate one token at a time until EOS, the
+ * length limit, a full context, or the caller's callback says stop.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "model.h"
+
+engine_generate_params engine_generate_default_params(void)
+{
+    engine_generate_params p;
+    memset(&p, 0, sizeof p);
+    p.n_predict = 128;
+    p.sampling = engine_sampler_default_params();
+    return p;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n_prompt,
+                              const engine_generate_params *params, int32_t *out_ids, size_t cap, size_t *n_out,
+                              engine_generate_stats *stats)
+{
+    if (n_out)
+        *n_out = 0;
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    if (!s)
+        return ENGINE_ERR_INVALID_ARG;
+    err_clear(&s->err);
+    engine_generate_params p = params ? *params : engine_generate_default_params();
+    if (p.n_predict < 0)
+        return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "n_predict %d is negative", p.n_predict);
+    if (n_prompt == 0 && !s->have_logits)
+        return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "empty prompt and nothing evaluated before it");
+
+    engine_sampler *smp = NULL;
+    if (engine_sampler_create(&p.sampling, &smp) != ENGINE_OK)
+        return err_set(&s->err, ENGINE_ERR_INVALID_ARG,
+                       "bad sampling parameters (temperature >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, "
+                       "repeat_penalty > 0)");
+    const engine_model *m = s->model;
+    tok_stream *ts = NULL;
+    if (p.on_token && m->tokenizer) {
+        ts = tok_stream_new(m->tokenizer->tok, true);
+        if (!ts) {
+            engine_sampler_free(smp);
+            return err_set(&s->err, ENGINE_ERR_OUT_OF_MEMORY, "out of memory for the text stream");
+        }
+        /* Feed the context first so that the generated text continues it
+         * (a leading space is kept, a split character completes). */
+        const char *text;
+        size_t len;
+        for (int i = 0; i < s->n_past; i++)
+            tok_stream_push(ts, s->tokens[i], &text, &len);
+        for (size_t i = 0; i < n_prompt; i++)
+            tok_stream_push(ts, prompt[i], &text, &len);
+    }
+
+    engine_status st = ENGINE_OK;
+    engine_generate_stats gs;
+    memset(&gs, 0, sizeof gs);
+    gs.n_prompt = n_prompt;
+    double t0 = now_seconds();
+    const float *logits = s->logits;
+    if (n_prompt)
+        st = engine_session_eval(s, prompt, n_prompt, &logits);
+    double t1 = now_seconds();
+    gs.prompt_seconds = t1 - t0;
+    gs.stop = ENGINE_STOP_LENGTH;
+
+    for (int i = 0; st == ENGINE_OK && i < p.n_predict; i++) {
+        int32_t id = engine_sampler_sample(smp, logits, m->cfg.vocab_size, s->tokens, (size_t)s->n_past);
+        if (out_ids && gs.n_generated < cap)
+            out_ids[gs.n_generated] = id;
+        gs.n_generated++;
+        if (p.on_token) {
+            const char *text = "";
+            size_t len = 0;
+            if (ts)
+                tok_stream_push(ts, id, &text, &len);
+            if (p.on_token(id, text, len, p.user)) {
+                gs.stop = ENGINE_STOP_CALLBACK;
+                break;
+            }
+        }
+        if (engine_model_is_eos(m, id)) {
+            gs.stop = ENGINE_STOP_EOS;
+            break;
+        }
+        if (i + 1 == p.n_predict)
+            break;
+        if (s->n_past >= s->n_ctx) {
+            gs.stop = ENGINE_STOP_CONTEXT;
+            break;
+        }
+        st = engine_session_eval(s, &id, 1, &logits);
+    }
+    gs.gen_seconds = now_seconds() - t1;
+    if (ts) {
+        const char *text;
+        size_t len;
+        if (st == ENGINE_OK && gs.stop != ENGINE_STOP_CALLBACK && tok_stream_flush(ts, &text, &len) == ENGINE_OK &&
+            len > 0)
+            p.on_token(-1, text, len, p.user);
+        tok_stream_free(ts);
+    }
+    engine_sampler_free(smp);
+    if (n_out)
+        *n_out = gs.n_generated;
+    if (stats)
+        *stats = gs;
+    return st;
+}

@@ -1,0 +1,248 @@
+/*
+ * model.c: engine_model_load and friends. Resolves what the user named (a
+ * .safetensors file, a folder, or a sharded index) to the files of a
+ * checkpoint, reads the config, picks the architecture's feature row, maps
+ * and binds the weights, and loads the tokenizer when there is one.
+ */
+#include <limits.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model.h"
+
+void model_log(const engine_model *m, engine_log_level level, const char *fmt, ...)
+{
+    if (!m || !m->log)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    m->log(level, line, m->log_user);
+}
+
+engine_model_params engine_model_default_params(void)
+{
+    engine_model_params p;
+    memset(&p, 0, sizeof p);
+    p.device = ENGINE_DEVICE_AUTO;
+    return p;
+}
+
+static bool is_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Split path into the checkpoint's folder and its weights file. */
+static engine_status resolve_paths(const char *path, char *dir, char *weights, err_buf *e)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return err_set(e, ENGINE_ERR_IO, "%s: no such file or folder", path);
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(dir, PATH_MAX, "%s", path);
+        snprintf(weights, PATH_MAX, "%s/model.safetensors.index.json", path);
+        if (is_file(weights))
+            return ENGINE_OK;
+        snprintf(weights, PATH_MAX, "%s/model.safetensors", path);
+        if (is_file(weights))
+            return ENGINE_OK;
+        return err_set(e, ENGINE_ERR_IO, "%s: folder holds neither model.safetensors nor model.safetensors.index.json",
+                       path);
+    }
+    if (!ends_with(path, ".safetensors") && !ends_with(path, ".json"))
+        return err_set(e, ENGINE_ERR_FORMAT, "%s: expected a .safetensors file, an index .json or a folder", path);
+    snprintf(weights, PATH_MAX, "%s", path);
+    snprintf(dir, PATH_MAX, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, PATH_MAX, ".");
+    return ENGINE_OK;
+}
+
+static void add_eos(engine_model *m, int32_t id)
+{
+    if (id < 0)
+        return;
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos[i] == id)
+            return;
+    if (m->n_eos < MODEL_MAX_EOS)
+        m->eos[m->n_eos++] = id;
+}
+
+static const char *dominant_dtype(const engine_model *m)
+{
+    switch (m->tok_emb.dtype) {
+    case K_F16: return "f16";
+    case K_BF16: return "bf16";
+    default: break;
+    }
+    /* Embeddings may be kept wider than the layers; the layers decide. */
+    if (m->cfg.n_layers > 0)
+        return m->layers[0].wq.dtype == K_F16 ? "f16" : m->layers[0].wq.dtype == K_BF16 ? "bf16" : "f32";
+    return "f32";
+}
+
+static engine_status load(engine_model *m, const char *path, err_buf *e)
+{
+    char dir[PATH_MAX], weights[PATH_MAX], file[PATH_MAX + 32];
+    engine_status st = resolve_paths(path, dir, weights, e);
+    if (st)
+        return st;
+
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    if (!is_file(file))
+        return err_set(e, ENGINE_ERR_IO, "%s: no config.json beside the weights (looked for %s)", path, file);
+    if ((st = cfg_load_model(file, &m->cfg, e)))
+        return st;
+    m->arch = arch_find(m->cfg.architecture);
+    if (!m->arch)
+        return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)", file,
+                       m->cfg.architecture, arch_supported_list());
+    if (m->cfg.head_dim % 2 != 0)
+        return err_set(e, ENGINE_ERR_FORMAT, "%s: head_dim %d is odd; rotary embedding needs it even", file,
+                       m->cfg.head_dim);
+    snprintf(file, sizeof file, "%s/generation_config.json", dir);
+    if ((st = cfg_load_generation(file, &m->gen, e)))
+        return st;
+
+    if ((st = st_open(weights, &m->weights, e)))
+        return st;
+    m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
+    if (!m->layers)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory for %d layers", path, m->cfg.n_layers);
+    if ((st = model_bind_weights(m, e)))
+        return st;
+    m->weight_dtype = dominant_dtype(m);
+
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    if (is_file(file)) {
+        char tcfg[PATH_MAX + 32];
+        snprintf(tcfg, sizeof tcfg, "%s/tokenizer_config.json", dir);
+        m->tokenizer = calloc(1, sizeof *m->tokenizer);
+        if (!m->tokenizer)
+            return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory", file);
+        if ((st = tok_load(file, is_file(tcfg) ? tcfg : NULL, &m->tokenizer->tok, e)))
+            return st;
+    }
+
+    for (int i = 0; i < m->cfg.n_eos; i++)
+        add_eos(m, m->cfg.eos_ids[i]);
+    for (int i = 0; i < m->gen.n_eos; i++)
+        add_eos(m, m->gen.eos_ids[i]);
+    if (m->tokenizer)
+        add_eos(m, tok_eos(m->tokenizer->tok));
+    return ENGINE_OK;
+}
+
+engine_status engine_model_load(const char *path, const engine_model_params *params, engine_model **out, char *err,
+                                size_t err_size)
+{
+    err_buf e;
+    err_clear(&e);
+    if (out)
+        *out = NULL;
+    if (!path || !out) {
+        err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_model_load: path and out must not be NULL");
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_INVALID_ARG;
+    }
+    engine_model_params p = params ? *params : engine_model_default_params();
+    if (p.device == ENGINE_DEVICE_CUDA) {
+        err_set(&e, ENGINE_ERR_UNSUPPORTED, "%s: this build of libengine has no CUDA backend (use --device cpu)",
+                path);
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_UNSUPPORTED;
+    }
+    engine_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        err_set(&e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_OUT_OF_MEMORY;
+    }
+    m->log = p.log;
+    m->log_user = p.log_user;
+    m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
+    engine_status st = load(m, path, &e);
+    if (st) {
+        err_copy_out(&e, err, err_size);
+        engine_model_free(m);
+        return st;
+    }
+    model_log(m, ENGINE_LOG_INFO, "%s: %s, %d layers, dim %d, %llu parameters (%s), %d threads", path,
+              m->cfg.architecture, m->cfg.n_layers, m->cfg.dim, (unsigned long long)m->n_params, m->weight_dtype,
+              m->n_threads);
+    *out = m;
+    return ENGINE_OK;
+}
+
+void engine_model_free(engine_model *m)
+{
+    if (!m)
+        return;
+    if (m->tokenizer) {
+        tok_free(m->tokenizer->tok);
+        free(m->tokenizer);
+    }
+    free(m->layers);
+    st_close(m->weights);
+    free(m);
+}
+
+engine_status engine_model_get_info(const engine_model *m, engine_model_info *info)
+{
+    if (!m || !info)
+        return ENGINE_ERR_INVALID_ARG;
+    memset(info, 0, sizeof *info);
+    info->architecture = m->cfg.architecture;
+    info->n_layers = m->cfg.n_layers;
+    info->dim = m->cfg.dim;
+    info->n_heads = m->cfg.n_heads;
+    info->n_kv_heads = m->cfg.n_kv_heads;
+    info->head_dim = m->cfg.head_dim;
+    info->ffn_dim = m->cfg.ffn_dim;
+    info->vocab_size = m->cfg.vocab_size;
+    info->max_context = m->cfg.max_position;
+    info->bos_id = m->cfg.bos_id >= 0 ? m->cfg.bos_id : (m->tokenizer ? tok_bos(m->tokenizer->tok) : -1);
+    info->eos_id = m->n_eos ? m->eos[0] : -1;
+    info->n_params = m->n_params;
+    info->weight_bytes = m->weight_bytes;
+    info->weight_dtype = m->weight_dtype;
+    return ENGINE_OK;
+}
+
+int engine_model_is_eos(const engine_model *m, int32_t id)
+{
+    if (!m)
+        return 0;
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos[i] == id)
+            return 1;
+    return 0;
+}
+
+const engine_tokenizer *engine_model_tokenizer(const engine_model *m)
+{
+    return m ? m->tokenizer : NULL;
+}
+
+const char *engine_model_last_error(const engine_model *m)
+{
+    return m ? m->err.msg : "";
+}

@@ -1,0 +1,127 @@
+/*
+ * model.h: the engine's internal view of a loaded model and of a session.
+ *
+ * A model is a config, a table row of architecture features, and weight
+ * views into the safetensors mapping (nothing copied). A session owns one
+ * block of host memory holding the KV cache and every activation buffer,
+ * sized once from the context length.
+ */
+#ifndef ENGINE_MODEL_H
+#define ENGINE_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../kernels/kernels.h"
+#include "../loaders/config.h"
+#include "../loaders/safetensors.h"
+#include "../loaders/tokenizer.h"
+#include "engine.h"
+#include "error.h"
+
+/*
+ * What distinguishes the supported architectures. The forward pass reads
+ * these flags; it is never copied per architecture.
+ */
+typedef struct arch_features {
+    const char *name;     /* config.json "architectures"[0]                      */
+    bool qkv_bias;        /* q/k/v projections always carry a bias (Qwen2)       */
+    bool qk_norm;         /* per-head RMSNorm on q and k before RoPE (Qwen3)     */
+    bool config_bias;     /* config's attention_bias adds q/k/v/o biases         */
+    bool sliding_window;  /* config's sliding_window limits attention (Mistral)  */
+} arch_features;
+
+/* The row for an architecture name, or NULL. */
+const arch_features *arch_find(const char *name);
+/* "LlamaForCausalLM, MistralForCausalLM, ..." for error messages; static storage. */
+const char *arch_supported_list(void);
+
+typedef struct layer_weights {
+    k_weight attn_norm;        /* [dim]                                   */
+    k_weight wq;               /* [n_heads*head_dim, dim]                 */
+    k_weight wk;               /* [n_kv_heads*head_dim, dim]              */
+    k_weight wv;               /* [n_kv_heads*head_dim, dim]              */
+    k_weight wo;               /* [dim, n_heads*head_dim]                 */
+    k_weight bq, bk, bv, bo;   /* biases of the above; data NULL if none  */
+    k_weight q_norm, k_norm;   /* [head_dim]; data NULL if none           */
+    k_weight ffn_norm;         /* [dim]                                   */
+    k_weight w_gate;           /* [ffn_dim, dim]                          */
+    k_weight w_up;             /* [ffn_dim, dim]                          */
+    k_weight w_down;           /* [dim, ffn_dim]                          */
+    k_weight b_gate, b_up, b_down; /* data NULL if none                   */
+} layer_weights;
+
+#define MODEL_MAX_EOS 16
+
+struct engine_tokenizer {
+    tok_tokenizer *tok;
+    err_buf err;
+};
+
+struct engine_model {
+    cfg_model cfg;
+    cfg_generation gen;
+    const arch_features *arch;
+    st_set *weights;           /* the mapping every k_weight points into  */
+    k_weight tok_emb;          /* [vocab, dim]                            */
+    k_weight out_norm;         /* [dim]                                   */
+    k_weight lm_head;          /* [vocab, dim]; tok_emb when tied         */
+    layer_weights *layers;     /* [n_layers]                              */
+    engine_tokenizer *tokenizer; /* NULL when the folder has none         */
+    int32_t eos[MODEL_MAX_EOS];
+    int n_eos;
+    int n_threads;
+    uint64_t n_params;
+    uint64_t weight_bytes;
+    const char *weight_dtype;
+    engine_log_fn log;
+    void *log_user;
+    err_buf err;
+};
+
+struct engine_session {
+    engine_model *model;
+    int n_ctx;                 /* tokens the KV cache holds               */
+    int n_batch;               /* most tokens evaluated in one pass       */
+    int n_past;                /* tokens already in the cache             */
+    k_ctx kc;                  /* threads and scratch for the kernels     */
+    void *block;               /* the one allocation everything below lives in */
+    uint64_t block_bytes;
+    uint64_t kv_bytes;
+    float *k_cache;            /* [n_layers, n_ctx, n_kv_heads*head_dim]  */
+    float *v_cache;            /* [n_layers, n_ctx, n_kv_heads*head_dim]  */
+    float *x;                  /* [n_batch, dim] residual stream          */
+    float *xb;                 /* [n_batch, dim]                          */
+    float *q;                  /* [n_batch, n_heads*head_dim]             */
+    float *att;                /* [n_batch, n_heads*head_dim]             */
+    float *hb;                 /* [n_batch, ffn_dim]                      */
+    float *hb2;                /* [n_batch, ffn_dim]                      */
+    float *logits;             /* [vocab]                                 */
+    float *rope_cos;           /* [n_ctx, head_dim/2]                     */
+    float *rope_sin;           /* [n_ctx, head_dim/2]                     */
+    int *pos;                  /* [n_batch]                               */
+    int32_t *tokens;           /* [n_ctx] ids in the cache, in order      */
+    bool have_logits;          /* logits hold the last evaluated token's  */
+    err_buf err;
+};
+
+/* Log through the model's callback, if any. */
+void model_log(const engine_model *m, engine_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Bind every weight the architecture needs; errors name the file and tensor. */
+engine_status model_bind_weights(engine_model *m, err_buf *e);
+
+/*
+ * Run n tokens (n <= s->n_batch) at positions s->n_past... and advance
+ * n_past. With want_logits the last token's logits land in s->logits.
+ */
+void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits);
+
+/* Fill the RoPE tables [n_ctx, head_dim/2] for the config's rope type. */
+void rope_tables(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t);
+
+#endif

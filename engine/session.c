@@ -1,0 +1,183 @@
+/*
+ * session.c: a context of tokens over one model. All host memory a session
+ * needs (KV cache, activations, RoPE tables, kernel scratch) is one block
+ * sized here from the context length; evaluation allocates nothing.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+#define BATCH_MAX 64 /* tokens per forward pass while reading a prompt */
+#define ALIGN 64
+
+engine_session_params engine_session_default_params(void)
+{
+    engine_session_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+/* Carve n bytes, 64-byte aligned, from a running offset (pass base NULL to size). */
+static void *carve(char *base, size_t *off, size_t n)
+{
+    size_t at = (*off + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+    *off = at + n;
+    return base ? base + at : NULL;
+}
+
+static size_t layout(engine_session *s, char *base)
+{
+    const cfg_model *c = &s->model->cfg;
+    const size_t nb = (size_t)s->n_batch, ctx = (size_t)s->n_ctx;
+    const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t half = (size_t)c->head_dim / 2;
+    size_t off = 0;
+    s->k_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float));
+    s->v_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float));
+    s->kv_bytes = 2 * (uint64_t)c->n_layers * ctx * kvd * sizeof(float);
+    s->x = carve(base, &off, nb * c->dim * sizeof(float));
+    s->xb = carve(base, &off, nb * c->dim * sizeof(float));
+    s->q = carve(base, &off, nb * qd * sizeof(float));
+    s->att = carve(base, &off, nb * qd * sizeof(float));
+    s->hb = carve(base, &off, nb * c->ffn_dim * sizeof(float));
+    s->hb2 = carve(base, &off, nb * c->ffn_dim * sizeof(float));
+    s->logits = carve(base, &off, (size_t)c->vocab_size * sizeof(float));
+    s->rope_cos = carve(base, &off, ctx * half * sizeof(float));
+    s->rope_sin = carve(base, &off, ctx * half * sizeof(float));
+    s->pos = carve(base, &off, nb * sizeof(int));
+    s->tokens = carve(base, &off, ctx * sizeof(int32_t));
+    s->kc.scratch = carve(base, &off, (size_t)s->kc.n_threads * s->kc.scratch_per_thread * sizeof(float));
+    return off;
+}
+
+engine_status engine_session_create(engine_model *m, const engine_session_params *params, engine_session **out,
+                                    char *err, size_t err_size)
+{
+    err_buf e;
+    err_clear(&e);
+    if (out)
+        *out = NULL;
+    if (!m || !out) {
+        err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_session_create: model and out must not be NULL");
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_INVALID_ARG;
+    }
+    engine_session_params p = params ? *params : engine_session_default_params();
+    const cfg_model *c = &m->cfg;
+    int n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->max_position < 4096 ? c->max_position : 4096);
+    if (p.n_ctx < 0 || n_ctx <= 0) {
+        err_set(&e, ENGINE_ERR_INVALID_ARG, "context length %d is not positive", p.n_ctx);
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_INVALID_ARG;
+    }
+    engine_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        err_set(&e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory for a session");
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_OUT_OF_MEMORY;
+    }
+    s->model = m;
+    s->n_ctx = n_ctx;
+    s->n_batch = n_ctx < BATCH_MAX ? n_ctx : BATCH_MAX;
+    s->kc.n_threads = m->n_threads;
+    int max_cols = c->dim;
+    if (c->n_heads * c->head_dim > max_cols)
+        max_cols = c->n_heads * c->head_dim;
+    if (c->ffn_dim > max_cols)
+        max_cols = c->ffn_dim;
+    size_t per_thread = k_matmul_scratch_floats(max_cols);
+    s->kc.scratch_per_thread = per_thread > (size_t)n_ctx ? per_thread : (size_t)n_ctx;
+
+    size_t bytes = layout(s, NULL);
+    s->block = aligned_alloc(ALIGN, (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1));
+    if (!s->block) {
+        err_set(&e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory: a session of %d tokens needs %.1f MiB", n_ctx,
+                bytes / 1048576.0);
+        err_copy_out(&e, err, err_size);
+        free(s);
+        return ENGINE_ERR_OUT_OF_MEMORY;
+    }
+    s->block_bytes = bytes;
+    layout(s, s->block);
+    rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
+    model_log(m, ENGINE_LOG_INFO, "session: %d tokens of context, %.1f MiB (KV cache %.1f MiB)", n_ctx,
+              bytes / 1048576.0, s->kv_bytes / 1048576.0);
+    *out = s;
+    return ENGINE_OK;
+}
+
+void engine_session_free(engine_session *s)
+{
+    if (!s)
+        return;
+    free(s->block);
+    free(s);
+}
+
+void engine_session_reset(engine_session *s)
+{
+    if (s) {
+        s->n_past = 0;
+        s->have_logits = false;
+    }
+}
+
+int engine_session_n_past(const engine_session *s)
+{
+    return s ? s->n_past : 0;
+}
+
+int engine_session_n_ctx(const engine_session *s)
+{
+    return s ? s->n_ctx : 0;
+}
+
+const char *engine_session_last_error(const engine_session *s)
+{
+    return s ? s->err.msg : "";
+}
+
+engine_status engine_session_eval(engine_session *s, const int32_t *ids, size_t n, const float **logits)
+{
+    if (!s)
+        return ENGINE_ERR_INVALID_ARG;
+    err_clear(&s->err);
+    if (logits)
+        *logits = NULL;
+    if (n == 0)
+        return ENGINE_OK;
+    if (!ids)
+        return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "engine_session_eval: ids is NULL");
+    if ((size_t)s->n_past + n > (size_t)s->n_ctx)
+        return err_set(&s->err, ENGINE_ERR_CONTEXT_FULL,
+                       "%zu tokens do not fit: %d of the context's %d are used (raise the context length)", n,
+                       s->n_past, s->n_ctx);
+    const int vocab = s->model->cfg.vocab_size;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "token id %d at index %zu is outside the vocabulary [0, %d)",
+                           (int)ids[i], i, vocab);
+    for (size_t done = 0; done < n;) {
+        int chunk = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
+        memcpy(s->tokens + s->n_past, ids + done, (size_t)chunk * sizeof *ids);
+        forward_cpu(s, ids + done, chunk, done + (size_t)chunk == n);
+        done += (size_t)chunk;
+    }
+    s->have_logits = true;
+    if (logits)
+        *logits = s->logits;
+    return ENGINE_OK;
+}
+
+engine_status engine_session_memory(const engine_session *s, engine_memory_report *r)
+{
+    if (!s || !r)
+        return ENGINE_ERR_INVALID_ARG;
+    memset(r, 0, sizeof *r);
+    r->weights_mapped = s->model->weight_bytes;
+    r->kv_cache = s->kv_bytes;
+    r->activations = s->block_bytes - s->kv_bytes;
+    r->host_total = s->block_bytes;
+    return ENGINE_OK;
+}

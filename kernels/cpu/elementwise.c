@@ -1,0 +1,31 @@
+/* elementwise.c: the small per-element ops (SwiGLU, residual add) and the
+ * embedding lookup. */
+#include <math.h>
+
+#include "../kernels.h"
+
+void k_swiglu(const k_ctx *c, float *gate, const float *up, size_t n)
+{
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n > 4096)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void k_add(const k_ctx *c, float *y, const float *x, size_t n)
+{
+#pragma omp parallel for simd num_threads(c->n_threads) schedule(static) if (n > 4096)
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+void k_embed(const k_ctx *c, float *y, const k_weight *emb, const int32_t *ids, int n)
+{
+    const int dim = emb->cols;
+    for (int t = 0; t < n; t++) {
+        size_t base = (size_t)ids[t] * dim;
+        for (int i = 0; i < dim; i++)
+            y[(size_t)t * dim + i] = k_weight_get(emb, base + i);
+    }
+}

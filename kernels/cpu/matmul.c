@@ -1,0 +1,207 @@
+/*
+ * matmul.c: y = x . W^T on the CPU for fp32/fp16/bf16 weights read straight
+ * from the file mapping.
+ *
+ * Decode (one token) is bound by reading W once: each row is converted in
+ * registers and dotted with x. A batch (the prompt) converts a block of rows
+ * to fp32 once and reuses it for every token, so the conversion cost is
+ * paid once per weight, not once per token. The inner dot products have an
+ * AVX2/FMA/F16C version chosen at run time and a portable one.
+ */
+#include <omp.h>
+#include <string.h>
+
+#include "../kernels.h"
+#include "dtype.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define K_HAVE_AVX2 1
+#endif
+
+#define ROWS_PER_BLOCK 4
+
+size_t k_matmul_scratch_floats(int max_cols)
+{
+    return (size_t)ROWS_PER_BLOCK * (size_t)max_cols;
+}
+
+size_t k_dtype_size(k_dtype t)
+{
+    return t == K_F32 ? 4 : 2;
+}
+
+float k_weight_get(const k_weight *w, size_t i)
+{
+    switch (w->dtype) {
+    case K_F32: return ((const float *)w->data)[i];
+    case K_F16: return f16_to_f32(((const uint16_t *)w->data)[i]);
+    case K_BF16: return bf16_to_f32(((const uint16_t *)w->data)[i]);
+    }
+    return 0.0f;
+}
+
+/* Convert cols elements of one stored row to fp32. */
+static void row_to_f32(float *dst, const void *src, k_dtype t, int cols);
+
+/* out[r] = dot(row r of w, x) for r < nr; rows are ld elements apart. */
+static void dot_rows_portable(float *out, const void *w, k_dtype t, size_t ld, int nr, const float *x, int cols)
+{
+    for (int r = 0; r < nr; r++) {
+        float s = 0.0f;
+        if (t == K_F32) {
+            const float *wr = (const float *)w + (size_t)r * ld;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < cols; i++)
+                s += wr[i] * x[i];
+        } else {
+            const uint16_t *wr = (const uint16_t *)w + (size_t)r * ld;
+            if (t == K_BF16) {
+#pragma omp simd reduction(+ : s)
+                for (int i = 0; i < cols; i++)
+                    s += bf16_to_f32(wr[i]) * x[i];
+            } else {
+                for (int i = 0; i < cols; i++)
+                    s += f16_to_f32(wr[i]) * x[i];
+            }
+        }
+        out[r] = s;
+    }
+}
+
+#ifdef K_HAVE_AVX2
+__attribute__((target("avx2,fma,f16c"))) static inline __m256 load8_avx2(const void *w, k_dtype t, size_t i)
+{
+    if (t == K_F32)
+        return _mm256_loadu_ps((const float *)w + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
+    if (t == K_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx2,fma,f16c"))) static inline float hsum_avx2(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Up to 4 rows at once so each load of x feeds 4 FMAs. */
+__attribute__((target("avx2,fma,f16c"))) static void dot_rows_avx2(float *out, const void *w, k_dtype t, size_t ld,
+                                                                   int nr, const float *x, int cols)
+{
+    size_t es = k_dtype_size(t);
+    const char *base = (const char *)w;
+    __m256 acc[ROWS_PER_BLOCK];
+    for (int r = 0; r < ROWS_PER_BLOCK; r++)
+        acc[r] = _mm256_setzero_ps();
+    int i = 0;
+    if (nr == ROWS_PER_BLOCK) {
+        const void *w0 = base, *w1 = base + ld * es, *w2 = base + 2 * ld * es, *w3 = base + 3 * ld * es;
+        for (; i + 8 <= cols; i += 8) {
+            __m256 xv = _mm256_loadu_ps(x + i);
+            acc[0] = _mm256_fmadd_ps(load8_avx2(w0, t, (size_t)i), xv, acc[0]);
+            acc[1] = _mm256_fmadd_ps(load8_avx2(w1, t, (size_t)i), xv, acc[1]);
+            acc[2] = _mm256_fmadd_ps(load8_avx2(w2, t, (size_t)i), xv, acc[2]);
+            acc[3] = _mm256_fmadd_ps(load8_avx2(w3, t, (size_t)i), xv, acc[3]);
+        }
+    } else {
+        for (; i + 8 <= cols; i += 8) {
+            __m256 xv = _mm256_loadu_ps(x + i);
+            for (int r = 0; r < nr; r++)
+                acc[r] = _mm256_fmadd_ps(load8_avx2(base + (size_t)r * ld * es, t, (size_t)i), xv, acc[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float s = hsum_avx2(acc[r]);
+        const void *wr = base + (size_t)r * ld * es;
+        for (int j = i; j < cols; j++) {
+            float wv = t == K_F32   ? ((const float *)wr)[j]
+                       : t == K_F16 ? f16_to_f32(((const uint16_t *)wr)[j])
+                                    : bf16_to_f32(((const uint16_t *)wr)[j]);
+            s += wv * x[j];
+        }
+        out[r] = s;
+    }
+}
+#endif
+
+typedef void (*dot_rows_fn)(float *, const void *, k_dtype, size_t, int, const float *, int);
+
+static dot_rows_fn pick_dot_rows(void)
+{
+#ifdef K_HAVE_AVX2
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return dot_rows_avx2;
+#endif
+    return dot_rows_portable;
+}
+
+static void row_to_f32(float *dst, const void *src, k_dtype t, int cols)
+{
+    if (t == K_F32) {
+        memcpy(dst, src, (size_t)cols * sizeof(float));
+    } else if (t == K_BF16) {
+        const uint16_t *s = src;
+        for (int i = 0; i < cols; i++)
+            dst[i] = bf16_to_f32(s[i]);
+    } else {
+        const uint16_t *s = src;
+        for (int i = 0; i < cols; i++)
+            dst[i] = f16_to_f32(s[i]);
+    }
+}
+
+void k_matmul(const k_ctx *c, float *y, const float *x, int n, const k_weight *w, const k_weight *bias)
+{
+    const int rows = w->rows, cols = w->cols;
+    const size_t es = k_dtype_size(w->dtype);
+    const int n_blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    const dot_rows_fn dot = pick_dot_rows();
+    const int use_bias = bias && bias->data;
+
+    if (n == 1) {
+#pragma omp parallel for num_threads(c->n_threads) schedule(static)
+        for (int b = 0; b < n_blocks; b++) {
+            int r0 = b * ROWS_PER_BLOCK;
+            int nr = rows - r0 < ROWS_PER_BLOCK ? rows - r0 : ROWS_PER_BLOCK;
+            dot(y + r0, (const char *)w->data + (size_t)r0 * cols * es, w->dtype, (size_t)cols, nr, x, cols);
+        }
+    } else {
+#pragma omp parallel num_threads(c->n_threads)
+        {
+            /* fp32 copy of this thread's current row block, reused for every token;
+             * without scratch the stored rows are converted per token instead. */
+            float *wf = NULL;
+            if (w->dtype != K_F32 && c->scratch && c->scratch_per_thread >= k_matmul_scratch_floats(cols))
+                wf = c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
+            float out[ROWS_PER_BLOCK];
+#pragma omp for schedule(static)
+            for (int b = 0; b < n_blocks; b++) {
+                int r0 = b * ROWS_PER_BLOCK;
+                int nr = rows - r0 < ROWS_PER_BLOCK ? rows - r0 : ROWS_PER_BLOCK;
+                const char *src = (const char *)w->data + (size_t)r0 * cols * es;
+                const void *blk = src;
+                k_dtype bt = w->dtype;
+                if (wf) {
+                    for (int r = 0; r < nr; r++)
+                        row_to_f32(wf + (size_t)r * cols, src + (size_t)r * cols * es, w->dtype, cols);
+                    blk = wf;
+                    bt = K_F32;
+                }
+                for (int t = 0; t < n; t++) {
+                    dot(out, blk, bt, (size_t)cols, nr, x + (size_t)t * cols, cols);
+                    memcpy(y + (size_t)t * rows + r0, out, (size_t)nr * sizeof(float));
+                }
+            }
+        }
+    }
+    if (use_bias) {
+#pragma omp parallel for num_threads(c->n_threads) schedule(static)
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < rows; r++)
+                y[(size_t)t * rows + r] += k_weight_get(bias, (size_t)r);
+    }
+}

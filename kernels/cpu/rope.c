@@ -1,0 +1,22 @@
+/* rope.c: rotary position embedding, rotate-half layout (transformers'
+ * Llama/Qwen/Mistral convention: element i pairs with i + head_dim/2). */
+#include "../kernels.h"
+
+void k_rope(const k_ctx *c, float *x, int n, int n_heads, int head_dim, const int *pos,
+            const float *cos_table, const float *sin_table)
+{
+    const int half = head_dim / 2;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n > 1)
+    for (int t = 0; t < n; t++) {
+        const float *cs = cos_table + (size_t)pos[t] * half;
+        const float *sn = sin_table + (size_t)pos[t] * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs[i] - b * sn[i];
+                v[i + half] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}

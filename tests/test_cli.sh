@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# test_cli.sh: the command-line tools end to end: greedy output of infer
+# equals the transformers reference, --json and streaming output, sampling
+# reproducibility, tokenize, and a clean one-line error with a non-zero exit
+# (never a signal) for every kind of bad input.
+# usage: test_cli.sh INFER TOKENIZE REPO_ROOT
+set -u
+INFER=$1 TOKENIZE=$2 ROOT=$3
+MODEL=$ROOT/models/stories260K
+REF=$ROOT/tests/data/reference/stories260K_reference.json
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# --- greedy output equals the reference -------------------------------------
+want=$(jq -c '.[0].greedy_ids[5:35]' "$REF")
+out=$("$INFER" "$MODEL" --prompt "Once upon a time" -n 30 --json 2>"$T/err") || fail "infer --json exited $?: $(cat "$T/err")"
+got=$(tail -n 1 <<<"$out" | jq -c '.generated_ids')
+[ "$got" = "$want" ] || fail "greedy ids: got $got want $want"
+[ "$(tail -n 1 <<<"$out" | jq -c '.prompt_ids')" = "$(jq -c '.[0].prompt_ids' "$REF")" ] || fail "prompt ids differ"
+tail -n 1 <<<"$out" | jq -e '.timings.generated_tokens_per_second > 0 and .memory.kv_cache > 0' >/dev/null ||
+  fail "--json lacks timings or memory"
+# The generated text is the reference text after the prompt.
+ref_text=$(jq -r '.[0].text' "$REF")
+got_text=$(tail -n 1 <<<"$out" | jq -r '.text')
+case "$ref_text" in "Once upon a time$got_text"*) ;; *) fail "generated text '$got_text' is not a continuation of the reference";; esac
+
+# Same through --prompt-ids, and through a prompt file.
+got=$("$INFER" "$MODEL" --prompt-ids 1,403,407,261,378 -n 30 --json 2>/dev/null | tail -n 1 | jq -c '.generated_ids')
+[ "$got" = "$want" ] || fail "--prompt-ids greedy ids: got $got"
+printf 'Once upon a time' >"$T/prompt.txt"
+got=$("$INFER" "$MODEL" --file "$T/prompt.txt" -n 30 --json 2>/dev/null | tail -n 1 | jq -c '.generated_ids')
+[ "$got" = "$want" ] || fail "--file greedy ids: got $got"
+
+# Streaming mode prints the prompt and continuation, then a summary on stderr.
+"$INFER" "$MODEL" --prompt "Once upon a time" -n 12 >"$T/out" 2>"$T/err" || fail "streaming infer exited $?"
+grep -q "^Once upon a time, there was a little girl" "$T/out" || fail "streamed text: $(cat "$T/out")"
+grep -q "tok/s" "$T/err" || fail "no summary line: $(cat "$T/err")"
+
+# Sampling: the same seed repeats, another seed (almost surely) differs.
+s1=$("$INFER" "$MODEL" --prompt "Once" -n 40 --temp 1.0 --top-p 0.95 --seed 11 --json 2>/dev/null | tail -n 1 | jq -c .generated_ids)
+s2=$("$INFER" "$MODEL" --prompt "Once" -n 40 --temp 1.0 --top-p 0.95 --seed 11 --json 2>/dev/null | tail -n 1 | jq -c .generated_ids)
+s3=$("$INFER" "$MODEL" --prompt "Once" -n 40 --temp 1.0 --top-p 0.95 --seed 12 --json 2>/dev/null | tail -n 1 | jq -c .generated_ids)
+[ -n "$s1" ] && [ "$s1" = "$s2" ] || fail "same seed gave $s1 and $s2"
+[ "$s1" != "$s3" ] || fail "seeds 11 and 12 gave the same 40 tokens"
+
+# tokenize prints the ids as a JSON array; --special adds BOS.
+got=$("$TOKENIZE" "$MODEL" --text "Once upon a time" --special)
+[ "$got" = "[1,403,407,261,378]" ] || fail "tokenize --special: $got"
+got=$("$TOKENIZE" "$MODEL/tokenizer.json" --text "Once upon a time")
+[ "$got" = "[403,407,261,378]" ] || fail "tokenize: $got"
+got=$("$TOKENIZE" "$MODEL" --decode 1,403,407,261,378 --skip-special)
+[ "$got" = "Once upon a time" ] || fail "tokenize --decode: $got"
+
+# --- bad input: one line on stderr naming the problem, exit 1 or 2, no signal --
+# expect_error NAME PATTERN CMD...: exit status in 1..2, stderr one line matching PATTERN.
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  "$@" >"$T/out" 2>"$T/err"
+  local rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 3 ]; then
+    fail "$name: exit status $rc (want 1 or 2): $(head -c 300 "$T/err")"
+  elif [ "$(wc -l <"$T/err")" -ne 1 ]; then
+    fail "$name: stderr is not one line: $(cat "$T/err")"
+  elif ! grep -Eq -- "$pattern" "$T/err"; then
+    fail "$name: message '$(cat "$T/err")' does not match '$pattern'"
+  fi
+}
+
+# A folder with stories260K's config and tokenizer and a weights file we craft.
+mkmodel() { # mkmodel NAME -> prints the folder
+  local d=$T/$1
+  mkdir -p "$d"
+  cp "$MODEL/config.json" "$MODEL/tokenizer.json" "$MODEL/tokenizer_config.json" "$d/"
+  echo "$d"
+}
+# le64 N: 8 little-endian bytes
+le64() {
+  local n=$1 i
+  for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((n >> (8 * i)) & 255)))"; done
+}
+# st_file PATH HEADER_JSON DATA_BYTES
+st_file() {
+  { le64 ${#2}; printf '%s' "$2"; head -c "$3" /dev/zero; } >"$1"
+}
+
+d=$(mkmodel empty); : >"$d/model.safetensors"
+expect_error "empty file" "model.safetensors" "$INFER" "$d" --prompt hi
+d=$(mkmodel truncated); head -c 100000 "$MODEL/model.safetensors" >"$d/model.safetensors"
+expect_error "truncated file" "model.safetensors" "$INFER" "$d" --prompt hi
+d=$(mkmodel hdrlen); { le64 999999; printf '{}'; } >"$d/model.safetensors"
+expect_error "header length beyond file" "model.safetensors.*header" "$INFER" "$d" --prompt hi
+d=$(mkmodel badjson); st_file "$d/model.safetensors" '{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]' 8
+expect_error "invalid header JSON" "model.safetensors" "$INFER" "$d" --prompt hi
+d=$(mkmodel dtype); st_file "$d/model.safetensors" '{"a": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}' 8
+expect_error "unknown dtype" "Q9" "$INFER" "$d" --prompt hi
+d=$(mkmodel offsets); st_file "$d/model.safetensors" '{"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}' 8
+expect_error "offsets not matching shape" "model.safetensors" "$INFER" "$d" --prompt hi
+d=$(mkmodel outside); st_file "$d/model.safetensors" '{"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}' 8
+expect_error "offsets outside the data" "model.safetensors" "$INFER" "$d" --prompt hi
+d=$(mkmodel missing_tensor); st_file "$d/model.safetensors" '{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}' 8
+expect_error "missing tensor" "model.embed_tokens.weight.*missing" "$INFER" "$d" --prompt hi
+
+d=$(mkmodel cfgjson); cp "$MODEL/model.safetensors" "$d/"; printf '{"architectures": [' >"$d/config.json"
+expect_error "invalid config JSON" "config.json" "$INFER" "$d" --prompt hi
+d=$(mkmodel heads); cp "$MODEL/model.safetensors" "$d/"
+sed -i 's/"head_dim": 8,//; s/"num_attention_heads": 8/"num_attention_heads": 7/' "$d/config.json"
+expect_error "heads not dividing width" "config.json.*(divisible|divide)" "$INFER" "$d" --prompt hi
+d=$(mkmodel arch); cp "$MODEL/model.safetensors" "$d/"; sed -i 's/LlamaForCausalLM/GPTNeoXForCausalLM/' "$d/config.json"
+expect_error "unknown architecture" "GPTNeoXForCausalLM.*LlamaForCausalLM" "$INFER" "$d" --prompt hi
+d=$(mkmodel layers); cp "$MODEL/model.safetensors" "$d/"; sed -i 's/"num_hidden_layers": 5/"num_hidden_layers": 6/' "$d/config.json"
+expect_error "tensor missing for a layer" "model.layers.5.*missing" "$INFER" "$d" --prompt hi
+d=$(mkmodel shape); cp "$MODEL/model.safetensors" "$d/"; sed -i 's/"intermediate_size": 172/"intermediate_size": 170/' "$d/config.json"
+expect_error "tensor shape not matching config" "mlp.*shape" "$INFER" "$d" --prompt hi
+d=$(mkmodel noconfig); cp "$MODEL/model.safetensors" "$d/"; rm "$d/config.json"
+expect_error "missing config.json" "config.json" "$INFER" "$d" --prompt hi
+d=$T/notok; mkdir -p "$d"; cp "$MODEL/model.safetensors" "$MODEL/config.json" "$d/"
+expect_error "text prompt without a tokenizer" "tokenizer" "$INFER" "$d" --prompt hi
+"$INFER" "$d" --prompt-ids 1,403 -n 3 --json >/dev/null 2>&1 || fail "ids prompt without a tokenizer should work"
+d=$(mkmodel badtok); cp "$MODEL/model.safetensors" "$d/"; printf '{"model": ' >"$d/tokenizer.json"
+expect_error "invalid tokenizer.json" "tokenizer.json" "$INFER" "$d" --prompt hi
+expect_error "no such model" "nonexistent" "$INFER" "$T/nonexistent" --prompt hi
+expect_error "prompt longer than the context" "context" "$INFER" "$MODEL" --prompt "Once upon a time there was" --ctx 4
+expect_error "prompt id outside the vocabulary" "vocabulary" "$INFER" "$MODEL" --prompt-ids 1,600
+expect_error "unknown option" "unknown option" "$INFER" "$MODEL" --bogus
+expect_error "bad number" "-n" "$INFER" "$MODEL" -n abc
+expect_error "bad top-p" "top-p" "$INFER" "$MODEL" --top-p 1.5
+expect_error "tokenize of a missing file" "nonexistent" "$TOKENIZE" "$T/nonexistent.json" --text hi
+
+if [ $fails -ne 0 ]; then
+  echo "test_cli: $fails failure(s)" >&2
+  exit 1
+fi
+echo "test_cli: all checks passed"

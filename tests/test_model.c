@@ -1,0 +1,255 @@
+/*
+ * test_model.c: whole-model checks against references computed by Hugging
+ * Face transformers in float64: stories260K (a real pretrained Llama) and
+ * the tiny random checkpoints in tests/data/models/ (one per architecture
+ * feature: llama3 RoPE, tied bf16 with the old config layout, biases in f16,
+ * a sharded Mistral with a sliding window, Qwen2, Qwen3). Greedy ids must be
+ * identical and logits agree within 1e-4 (relative to the largest logit).
+ */
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "test_util.h"
+
+static size_t json_ids(json_t *arr, int32_t *out, size_t cap)
+{
+    size_t n = json_array_size(arr);
+    for (size_t i = 0; i < n && i < cap; i++)
+        out[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+    return n;
+}
+
+/* max |got - ref| / max(1, max |ref|) */
+static double logits_err(const float *got, json_t *ref, int vocab)
+{
+    if ((int)json_array_size(ref) != vocab)
+        return INFINITY;
+    double mx = 0.0, scale = 1.0;
+    for (int i = 0; i < vocab; i++)
+        scale = fmax(scale, fabs(json_number_value(json_array_get(ref, i))));
+    for (int i = 0; i < vocab; i++) {
+        double d = fabs((double)got[i] - json_number_value(json_array_get(ref, i)));
+        if (d != d)
+            return INFINITY;
+        mx = fmax(mx, d);
+    }
+    return mx / scale;
+}
+
+static int32_t argmax(const float *l, int n)
+{
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b])
+            b = i;
+    return b;
+}
+
+static engine_model *load(const char *path)
+{
+    char err[512] = "";
+    engine_model_params mp = engine_model_default_params();
+    mp.n_threads = 2;
+    engine_model *m = NULL;
+    engine_status st = engine_model_load(path, &mp, &m, err, sizeof err);
+    CHECK_MSG(st == ENGINE_OK, "%s: %s", path, err);
+    return m;
+}
+
+static engine_session *session(engine_model *m, int n_ctx)
+{
+    char err[512] = "";
+    engine_session_params sp = engine_session_default_params();
+    sp.n_ctx = n_ctx;
+    engine_session *s = NULL;
+    CHECK_MSG(engine_session_create(m, &sp, &s, err, sizeof err) == ENGINE_OK, "%s", err);
+    return s;
+}
+
+/*
+ * Evaluate prompt, compare its last logits, then greedy-decode n_gen ids one
+ * at a time (argmax of our own logits) and compare them; final_ref (may be
+ * NULL) is checked against the logits after the last generated id.
+ */
+static void check_greedy(const char *what, engine_session *s, int vocab, const int32_t *prompt, size_t n_prompt,
+                         json_t *prompt_ref, const int32_t *expect, size_t n_gen, json_t *final_ref, double tol)
+{
+    const float *logits = NULL;
+    CHECK_MSG(engine_session_eval(s, prompt, n_prompt, &logits) == ENGINE_OK, "%s: %s", what,
+              engine_session_last_error(s));
+    if (!logits)
+        return;
+    double e = logits_err(logits, prompt_ref, vocab);
+    CHECK_MSG(e <= tol, "%s: prompt logits differ by %g (relative)", what, e);
+    size_t first_bad = n_gen;
+    for (size_t i = 0; i < n_gen; i++) {
+        int32_t id = argmax(logits, vocab);
+        if (id != expect[i] && first_bad == n_gen)
+            first_bad = i;
+        id = expect[i]; /* teacher-force so one flip does not hide later checks */
+        if (engine_session_eval(s, &id, 1, &logits) != ENGINE_OK)
+            break;
+    }
+    CHECK_MSG(first_bad == n_gen, "%s: greedy id %zu differs from the reference", what, first_bad);
+    if (final_ref) {
+        e = logits_err(logits, final_ref, vocab);
+        CHECK_MSG(e <= tol, "%s: final logits differ by %g (relative)", what, e);
+    }
+}
+
+static void test_stories(void)
+{
+    char path[1024], refp[1024];
+    engine_model *m = load(test_src_path(path, sizeof path, "models/stories260K"));
+    json_error_t je;
+    json_t *ref = json_load_file(test_data_path(refp, sizeof refp, "reference/stories260K_reference.json"), 0, &je);
+    CHECK_MSG(ref != NULL, "%s: %s", refp, je.text);
+    if (!m || !ref)
+        return;
+    engine_model_info info;
+    engine_model_get_info(m, &info);
+    CHECK(info.vocab_size == 512 && info.n_layers == 5 && info.n_kv_heads == 4);
+    const engine_tokenizer *tok = engine_model_tokenizer(m);
+    CHECK(tok != NULL);
+    engine_session *s = session(m, 256);
+    size_t k;
+    json_t *c;
+    json_array_foreach(ref, k, c) {
+        int32_t prompt[64], all[512];
+        size_t np = json_ids(json_object_get(c, "prompt_ids"), prompt, 64);
+        size_t na = json_ids(json_object_get(c, "greedy_ids"), all, 512);
+        const char *ptext = json_string_value(json_object_get(c, "prompt"));
+        engine_session_reset(s);
+        check_greedy(ptext, s, 512, prompt, np, json_object_get(c, "prompt_logits_last"), all + np, na - np, NULL,
+                     1e-4);
+
+        /* The tokenizer turns the prompt into the reference ids (BOS included). */
+        int32_t ids[64];
+        size_t n = 0;
+        if (tok) {
+            CHECK(engine_tokenize(tok, ptext, strlen(ptext), 1, ids, 64, &n) == ENGINE_OK);
+            CHECK_MSG(n == np && memcmp(ids, prompt, n * sizeof *ids) == 0, "tokenize '%s'", ptext);
+            char text[4096];
+            size_t len = 0;
+            CHECK(engine_detokenize(tok, all, na, 1, text, sizeof text, &len) == ENGINE_OK);
+            const char *want = json_string_value(json_object_get(c, "text"));
+            CHECK_MSG(strcmp(text, want) == 0, "decoded text differs:\n got: %s\nwant: %s", text, want);
+        }
+
+        /* engine_generate's greedy path gives the same ids and streams the same text. */
+        engine_session_reset(s);
+        engine_generate_params gp = engine_generate_default_params();
+        gp.n_predict = (int)(na - np);
+        int32_t gen[512];
+        size_t ng = 0;
+        engine_generate_stats st;
+        CHECK(engine_generate(s, prompt, np, &gp, gen, 512, &ng, &st) == ENGINE_OK);
+        CHECK_MSG(ng == na - np && memcmp(gen, all + np, ng * sizeof *gen) == 0, "engine_generate ids for '%s'",
+                  ptext);
+        CHECK(st.n_prompt == np && st.n_generated == ng);
+    }
+    engine_session_free(s);
+    json_decref(ref);
+    engine_model_free(m);
+}
+
+static void test_fixture(const char *name)
+{
+    char dir[1024], refp[1100];
+    snprintf(dir, sizeof dir, "%s/models/%s", getenv("ENGINE_TEST_DATA") ? getenv("ENGINE_TEST_DATA") : "tests/data",
+             name);
+    snprintf(refp, sizeof refp, "%s/reference.json", dir);
+    json_error_t je;
+    json_t *ref = json_load_file(refp, 0, &je);
+    CHECK_MSG(ref != NULL, "%s: %s", refp, je.text);
+    engine_model *m = load(dir);
+    if (!m || !ref) {
+        json_decref(ref);
+        engine_model_free(m);
+        return;
+    }
+    engine_model_info info;
+    engine_model_get_info(m, &info);
+    CHECK_MSG(strcmp(info.architecture, json_string_value(json_object_get(ref, "architecture"))) == 0, "%s", name);
+    int32_t prompt[64], gen[64];
+    size_t np = json_ids(json_object_get(ref, "prompt_ids"), prompt, 64);
+    size_t ng = json_ids(json_object_get(ref, "greedy_ids"), gen, 64);
+    engine_session *s = session(m, 64);
+    check_greedy(name, s, info.vocab_size, prompt, np, json_object_get(ref, "prompt_logits_last"), gen, ng,
+                 json_object_get(ref, "final_logits"), 1e-4);
+
+    /* Evaluating the prompt one token at a time gives the same logits as the batch. */
+    engine_session_reset(s);
+    const float *logits = NULL;
+    for (size_t i = 0; i < np; i++)
+        engine_session_eval(s, &prompt[i], 1, &logits);
+    double e = logits ? logits_err(logits, json_object_get(ref, "prompt_logits_last"), info.vocab_size) : INFINITY;
+    CHECK_MSG(e <= 1e-4, "%s: token-by-token prompt logits differ by %g", name, e);
+
+    /* generate() stops at the first EOS the reference produced. */
+    size_t eos_at = ng;
+    for (size_t i = 0; i < ng; i++)
+        if (engine_model_is_eos(m, gen[i])) {
+            eos_at = i;
+            break;
+        }
+    engine_session_reset(s);
+    engine_generate_params gp = engine_generate_default_params();
+    gp.n_predict = (int)ng;
+    int32_t out[64];
+    size_t n_out = 0;
+    engine_generate_stats st;
+    CHECK(engine_generate(s, prompt, np, &gp, out, 64, &n_out, &st) == ENGINE_OK);
+    size_t want = eos_at < ng ? eos_at + 1 : ng;
+    CHECK_MSG(n_out == want && memcmp(out, gen, want * sizeof *out) == 0, "%s: generate gave %zu ids, want %zu", name,
+              n_out, want);
+    CHECK(st.stop == (eos_at < ng ? ENGINE_STOP_EOS : ENGINE_STOP_LENGTH));
+
+    engine_session_free(s);
+    json_decref(ref);
+    engine_model_free(m);
+}
+
+static void test_session_limits(void)
+{
+    char path[1024];
+    engine_model *m = load(test_src_path(path, sizeof path, "models/stories260K"));
+    if (!m)
+        return;
+    engine_session *s = session(m, 8), *s2 = session(m, 8);
+    int32_t ids[9] = {1, 403, 407, 261, 378, 432, 383, 286, 261};
+    const float *l1 = NULL, *l2 = NULL;
+    CHECK(engine_session_eval(s, ids, 9, &l1) == ENGINE_ERR_CONTEXT_FULL);
+    CHECK(strstr(engine_session_last_error(s), "context") != NULL);
+    CHECK(engine_session_n_past(s) == 0);
+    int32_t bad = 512;
+    CHECK(engine_session_eval(s, &bad, 1, &l1) == ENGINE_ERR_INVALID_ARG);
+    /* Two sessions of one model do not disturb each other. */
+    CHECK(engine_session_eval(s, ids, 3, &l1) == ENGINE_OK);
+    CHECK(engine_session_eval(s2, ids, 5, &l2) == ENGINE_OK);
+    CHECK(engine_session_eval(s, ids + 3, 2, &l1) == ENGINE_OK);
+    CHECK(l1 && l2 && memcmp(l1, l2, 512 * sizeof *l1) == 0);
+    engine_memory_report r;
+    CHECK(engine_session_memory(s, &r) == ENGINE_OK);
+    CHECK(r.kv_cache == 2ull * 5 * 8 * 4 * 8 * sizeof(float)); /* layers x ctx x kv heads x head_dim */
+    CHECK(r.weights_mapped > 0 && r.host_total >= r.kv_cache);
+    engine_session_free(s);
+    engine_session_free(s2);
+    engine_session_free(NULL);
+    engine_model_free(m);
+}
+
+int main(void)
+{
+    test_stories();
+    const char *fixtures[] = {"llama_f32",       "llama_tied_bf16_oldconfig", "llama_bias_f16",
+                              "mistral_sharded", "qwen2_bf16",                "qwen3_f32"};
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+        test_fixture(fixtures[i]);
+    test_session_limits();
+    return test_finish("test_model");
+}

@@ -1,0 +1,174 @@
+/*
+ * cli_util.h: what the command-line tools share: strict number parsing,
+ * size suffixes, id lists, reading a whole file, JSON string output.
+ * Header-only so each tool stays one translation unit.
+ */
+#ifndef ENGINE_CLI_UTIL_H
+#define ENGINE_CLI_UTIL_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* Whole string must be an integer in [lo, hi]. */
+static inline int cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static inline int cli_parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static inline int cli_parse_float(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "1,2,3" -> malloc'd ids; returns count, or -1 on a malformed list. */
+static inline long cli_parse_ids(const char *s, int32_t **out)
+{
+    size_t cap = 16, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids)
+        return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            free(ids);
+            return -1;
+        }
+        if (n == cap) {
+            int32_t *g = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!g) {
+                free(ids);
+                return -1;
+            }
+            ids = g;
+        }
+        ids[n++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p) { /* trailing comma */
+            free(ids);
+            return -1;
+        }
+    }
+    *out = ids;
+    return (long)n;
+}
+
+/* Whole file (or stdin for "-") into a malloc'd buffer; NULL on failure with errno set. */
+static inline char *cli_read_file(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *g = realloc(buf, cap *= 2);
+            if (!g) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = g;
+        }
+        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        n += k;
+        if (k == 0)
+            break;
+    }
+    int bad = ferror(f);
+    if (f != stdin)
+        fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        if (bad)
+            errno = EIO;
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* Write s[0..n) as a JSON string literal (UTF-8 passed through, controls escaped). */
+static inline void cli_json_string(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (c < 0x20)
+                fprintf(f, "\\u%04x", c);
+            else
+                fputc(c, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static inline void cli_json_ids(FILE *f, const int32_t *ids, size_t n)
+{
+    fputc('[', f);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%s%d", i ? "," : "", (int)ids[i]);
+    fputc(']', f);
+}
+
+/* Tokenize into a malloc'd array sized to fit (retrying once if the first guess was short). */
+static inline engine_status cli_tokenize(const engine_tokenizer *tok, const char *text, size_t len, int special,
+                                         int32_t **ids, size_t *n)
+{
+    size_t cap = len + 8;
+    *ids = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *buf = realloc(*ids, cap * sizeof *buf);
+        if (!buf)
+            return ENGINE_ERR_OUT_OF_MEMORY;
+        *ids = buf;
+        engine_status st = engine_tokenize(tok, text, len, special, buf, cap, n);
+        if (st != ENGINE_ERR_BUFFER_TOO_SMALL)
+            return st;
+        cap = *n;
+    }
+    return ENGINE_ERR_BUFFER_TOO_SMALL;
+}
+
+#endif

@@ -1,0 +1,392 @@
+/*
+ * infer: generate text from a Hugging Face checkpoint.
+ *
+ *   infer MODEL [--prompt TEXT | --prompt-ids 1,2,3 | --file F] [-n N] ...
+ *
+ * Streams the text as it is generated, then prints a one-line summary on
+ * stderr; with --json, prints one JSON object as the last line of stdout
+ * instead. A thin client of include/engine.h.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli_util.h"
+#include "engine.h"
+
+static const char USAGE[] =
+    "usage: infer MODEL [options]\n"
+    "  MODEL                 a .safetensors file (config.json and tokenizer beside it),\n"
+    "                        a folder, or a model.safetensors.index.json\n"
+    "prompt (one of):\n"
+    "  --prompt TEXT         text, tokenized with the model's tokenizer (BOS as its config says)\n"
+    "  --prompt-ids 1,2,3    token ids, used as given\n"
+    "  --file F              text read from file F ('-' for stdin)\n"
+    "                        (no prompt: generation starts from BOS)\n"
+    "generation:\n"
+    "  -n, --n-predict N     most tokens to generate (default 128); stops earlier at EOS\n"
+    "  --temp T              temperature; 0 = greedy (default 0)\n"
+    "  --top-k K             keep the K most likely tokens (default 0 = off)\n"
+    "  --top-p P             nucleus sampling (default 1 = off)\n"
+    "  --min-p P             drop tokens below P x the top probability (default 0 = off)\n"
+    "  --repeat-penalty R    penalise the last --repeat-last-n tokens (default 1 = off)\n"
+    "  --repeat-last-n N     window of the penalty (default 64, -1 = whole context)\n"
+    "  --seed S              random seed (default: from the clock, printed in the summary)\n"
+    "runtime:\n"
+    "  --ctx N               context length in tokens (default min(model maximum, 4096))\n"
+    "  --threads N           CPU threads (default: all cores)\n"
+    "  --device cpu|cuda|auto  where to run (default auto)\n"
+    "output:\n"
+    "  --json                print one JSON object (ids, text, timings) as the last line\n"
+    "  -v, --verbose         log what the engine does on stderr\n"
+    "  --version, -h/--help\n";
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+typedef struct out_text {
+    char *buf;
+    size_t len, cap;
+    int stream; /* print to stdout as it comes */
+} out_text;
+
+static int on_token(int32_t id, const char *text, size_t len, void *user)
+{
+    (void)id;
+    out_text *o = user;
+    if (len) {
+        if (o->stream) {
+            fwrite(text, 1, len, stdout);
+            fflush(stdout);
+        }
+        if (o->len + len + 1 > o->cap) {
+            size_t cap = (o->cap ? o->cap * 2 : 1024) + len;
+            char *g = realloc(o->buf, cap);
+            if (!g)
+                return 1;
+            o->buf = g;
+            o->cap = cap;
+        }
+        memcpy(o->buf + o->len, text, len);
+        o->len += len;
+        o->buf[o->len] = '\0';
+    }
+    return interrupted ? 1 : 0;
+}
+
+static void log_to_stderr(engine_log_level level, const char *msg, void *user)
+{
+    (void)user;
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    fprintf(stderr, "infer: %s: %s\n", names[level <= ENGINE_LOG_DEBUG ? level : ENGINE_LOG_DEBUG], msg);
+}
+
+static int fail(const char *what, const char *msg)
+{
+    fprintf(stderr, "infer: %s%s%s\n", what ? what : "", what && msg ? ": " : "", msg ? msg : "");
+    return 1;
+}
+
+static int bad_arg(const char *opt, const char *val)
+{
+    fprintf(stderr, "infer: bad value '%s' for %s (see infer --help)\n", val ? val : "", opt);
+    return 2;
+}
+
+static const char *stop_name(engine_stop_reason r)
+{
+    switch (r) {
+    case ENGINE_STOP_EOS: return "eos";
+    case ENGINE_STOP_CALLBACK: return "interrupted";
+    case ENGINE_STOP_CONTEXT: return "context full";
+    default: return "length";
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *model_path = NULL, *prompt = NULL, *prompt_ids_arg = NULL, *prompt_file = NULL;
+    engine_model_params mp = engine_model_default_params();
+    engine_session_params sp = engine_session_default_params();
+    engine_generate_params gp = engine_generate_default_params();
+    int json = 0, verbose = 0, seed_given = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long l;
+        double d;
+#define NEED_VALUE()                                                            \
+    do {                                                                        \
+        if (!v) {                                                               \
+            fprintf(stderr, "infer: %s needs a value (see infer --help)\n", a); \
+            return 2;                                                           \
+        }                                                                       \
+        i++;                                                                    \
+    } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (!strcmp(a, "--version")) {
+            printf("infer (libengine %s)\n", engine_version_string());
+            return 0;
+        } else if (!strcmp(a, "--prompt")) {
+            NEED_VALUE();
+            prompt = v;
+        } else if (!strcmp(a, "--prompt-ids")) {
+            NEED_VALUE();
+            prompt_ids_arg = v;
+        } else if (!strcmp(a, "--file")) {
+            NEED_VALUE();
+            prompt_file = v;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            NEED_VALUE();
+            if (cli_parse_long(v, 0, 1L << 30, &l))
+                return bad_arg(a, v);
+            gp.n_predict = (int)l;
+        } else if (!strcmp(a, "--temp")) {
+            NEED_VALUE();
+            if (cli_parse_float(v, 0.0, 1e6, &d))
+                return bad_arg(a, v);
+            gp.sampling.temperature = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            NEED_VALUE();
+            if (cli_parse_long(v, 0, 1L << 30, &l))
+                return bad_arg(a, v);
+            gp.sampling.top_k = (int)l;
+        } else if (!strcmp(a, "--top-p")) {
+            NEED_VALUE();
+            if (cli_parse_float(v, 1e-9, 1.0, &d))
+                return bad_arg(a, v);
+            gp.sampling.top_p = (float)d;
+        } else if (!strcmp(a, "--min-p")) {
+            NEED_VALUE();
+            if (cli_parse_float(v, 0.0, 1.0, &d))
+                return bad_arg(a, v);
+            gp.sampling.min_p = (float)d;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            NEED_VALUE();
+            if (cli_parse_float(v, 1e-6, 1e6, &d))
+                return bad_arg(a, v);
+            gp.sampling.repeat_penalty = (float)d;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            NEED_VALUE();
+            if (cli_parse_long(v, -1, 1L << 30, &l))
+                return bad_arg(a, v);
+            gp.sampling.repeat_last_n = (int)l;
+        } else if (!strcmp(a, "--seed")) {
+            NEED_VALUE();
+            if (cli_parse_u64(v, &gp.sampling.seed))
+                return bad_arg(a, v);
+            seed_given = 1;
+        } else if (!strcmp(a, "--ctx")) {
+            NEED_VALUE();
+            if (cli_parse_long(v, 1, 1L << 24, &l))
+                return bad_arg(a, v);
+            sp.n_ctx = (int)l;
+        } else if (!strcmp(a, "--threads")) {
+            NEED_VALUE();
+            if (cli_parse_long(v, 1, 4096, &l))
+                return bad_arg(a, v);
+            mp.n_threads = (int)l;
+        } else if (!strcmp(a, "--device")) {
+            NEED_VALUE();
+            if (!strcmp(v, "cpu"))
+                mp.device = ENGINE_DEVICE_CPU;
+            else if (!strcmp(v, "cuda"))
+                mp.device = ENGINE_DEVICE_CUDA;
+            else if (!strcmp(v, "auto"))
+                mp.device = ENGINE_DEVICE_AUTO;
+            else
+                return bad_arg(a, v);
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            verbose = 1;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "infer: unknown option %s (see infer --help)\n", a);
+            return 2;
+        } else if (!model_path) {
+            model_path = a;
+        } else {
+            fprintf(stderr, "infer: unexpected argument '%s' (see infer --help)\n", a);
+            return 2;
+        }
+#undef NEED_VALUE
+    }
+    if (!model_path) {
+        fputs(USAGE, stderr);
+        return 2;
+    }
+    if (!!prompt + !!prompt_ids_arg + !!prompt_file > 1) {
+        fprintf(stderr, "infer: give only one of --prompt, --prompt-ids, --file\n");
+        return 2;
+    }
+    if (!seed_given)
+        gp.sampling.seed = (uint64_t)time(NULL);
+    if (verbose) {
+        mp.log = log_to_stderr;
+    }
+
+    char err[512] = "";
+    engine_model *model = NULL;
+    engine_session *sess = NULL;
+    int32_t *prompt_ids = NULL, *gen_ids = NULL;
+    char *file_text = NULL;
+    out_text out = {NULL, 0, 0, !json};
+    int rc = 1;
+
+    if (engine_model_load(model_path, &mp, &model, err, sizeof err) != ENGINE_OK) {
+        rc = fail(NULL, err);
+        goto done;
+    }
+    engine_model_info info;
+    engine_model_get_info(model, &info);
+    const engine_tokenizer *tok = engine_model_tokenizer(model);
+
+    size_t n_prompt = 0;
+    if (prompt_ids_arg) {
+        long n = cli_parse_ids(prompt_ids_arg, &prompt_ids);
+        if (n < 0) {
+            rc = bad_arg("--prompt-ids", prompt_ids_arg);
+            goto done;
+        }
+        n_prompt = (size_t)n;
+    } else {
+        size_t len = 0;
+        const char *text = prompt;
+        if (prompt_file) {
+            file_text = cli_read_file(prompt_file, &len);
+            if (!file_text) {
+                fprintf(stderr, "infer: %s: cannot read: %s\n", prompt_file, strerror(errno));
+                goto done;
+            }
+            text = file_text;
+        } else if (text) {
+            len = strlen(text);
+        }
+        if (text) {
+            if (!tok) {
+                fprintf(stderr, "infer: %s: the model has no tokenizer.json; give --prompt-ids instead\n", model_path);
+                goto done;
+            }
+            engine_status st = cli_tokenize(tok, text, len, 1, &prompt_ids, &n_prompt);
+            if (st != ENGINE_OK) {
+                rc = fail("tokenize", st == ENGINE_ERR_OUT_OF_MEMORY ? "out of memory" : engine_tokenizer_last_error(tok));
+                goto done;
+            }
+        } else if (info.bos_id >= 0) {
+            prompt_ids = malloc(sizeof *prompt_ids);
+            if (!prompt_ids)
+                goto done;
+            prompt_ids[0] = info.bos_id;
+            n_prompt = 1;
+        } else {
+            fprintf(stderr, "infer: %s has no BOS token; give a prompt\n", model_path);
+            rc = 2;
+            goto done;
+        }
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "infer: the prompt is empty after tokenization\n");
+        rc = 2;
+        goto done;
+    }
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt_ids[i] >= info.vocab_size) {
+            fprintf(stderr, "infer: prompt id %d is outside the vocabulary (size %d)\n", (int)prompt_ids[i],
+                    info.vocab_size);
+            rc = 2;
+            goto done;
+        }
+
+    if (engine_session_create(model, &sp, &sess, err, sizeof err) != ENGINE_OK) {
+        rc = fail(NULL, err);
+        goto done;
+    }
+    if (n_prompt > (size_t)engine_session_n_ctx(sess)) {
+        fprintf(stderr, "infer: the prompt has %zu tokens but the context holds %d (raise --ctx)\n", n_prompt,
+                engine_session_n_ctx(sess));
+        rc = 2;
+        goto done;
+    }
+    gen_ids = malloc(((size_t)gp.n_predict + 1) * sizeof *gen_ids);
+    if (!gen_ids)
+        goto done;
+
+    /* Show the prompt as the model sees it, then the continuation. */
+    if (!json && tok) {
+        size_t need = 0;
+        engine_detokenize(tok, prompt_ids, n_prompt, 1, NULL, 0, &need);
+        char *ptext = malloc(need + 1);
+        if (ptext && engine_detokenize(tok, prompt_ids, n_prompt, 1, ptext, need + 1, &need) == ENGINE_OK) {
+            fwrite(ptext, 1, need, stdout);
+            fflush(stdout);
+        }
+        free(ptext);
+    }
+
+    signal(SIGINT, on_sigint);
+    gp.on_token = on_token;
+    gp.user = &out;
+    size_t n_gen = 0;
+    engine_generate_stats stats;
+    engine_status st = engine_generate(sess, prompt_ids, n_prompt, &gp, gen_ids, (size_t)gp.n_predict + 1, &n_gen,
+                                       &stats);
+    signal(SIGINT, SIG_DFL);
+    if (st != ENGINE_OK) {
+        if (!json)
+            fputc('\n', stdout);
+        rc = fail("generate", engine_session_last_error(sess));
+        goto done;
+    }
+
+    engine_memory_report mem;
+    engine_session_memory(sess, &mem);
+    const double pps = stats.prompt_seconds > 0 ? stats.n_prompt / stats.prompt_seconds : 0.0;
+    const double gps = stats.gen_seconds > 0 && stats.n_generated > 1 ? (stats.n_generated - 1) / stats.gen_seconds
+                                                                        : 0.0;
+    if (json) {
+        printf("{\"model\":");
+        cli_json_string(stdout, model_path, strlen(model_path));
+        printf(",\"prompt_ids\":");
+        cli_json_ids(stdout, prompt_ids, n_prompt);
+        printf(",\"generated_ids\":");
+        cli_json_ids(stdout, gen_ids, n_gen);
+        printf(",\"text\":");
+        cli_json_string(stdout, out.buf ? out.buf : "", out.len);
+        printf(",\"stop\":\"%s\",\"seed\":%llu", stop_name(stats.stop), (unsigned long long)gp.sampling.seed);
+        printf(",\"timings\":{\"prompt_seconds\":%.6f,\"prompt_tokens_per_second\":%.3f,"
+               "\"generate_seconds\":%.6f,\"generated_tokens_per_second\":%.3f}",
+               stats.prompt_seconds, pps, stats.gen_seconds, gps);
+        printf(",\"memory\":{\"weights_mapped\":%llu,\"kv_cache\":%llu,\"activations\":%llu,\"host_total\":%llu}}\n",
+               (unsigned long long)mem.weights_mapped, (unsigned long long)mem.kv_cache,
+               (unsigned long long)mem.activations, (unsigned long long)mem.host_total);
+    } else {
+        fputc('\n', stdout);
+        fflush(stdout);
+        fprintf(stderr,
+                "infer: prompt %zu tokens at %.1f tok/s | generated %zu tokens at %.1f tok/s (stop: %s) | "
+                "memory: weights %.1f MiB mapped, KV cache %.1f MiB, activations %.1f MiB | seed %llu\n",
+                stats.n_prompt, pps, stats.n_generated, gps, stop_name(stats.stop),
+                mem.weights_mapped / 1048576.0, mem.kv_cache / 1048576.0, mem.activations / 1048576.0,
+                (unsigned long long)gp.sampling.seed);
+    }
+    rc = interrupted ? 130 : 0;
+
+done:
+    free(out.buf);
+    free(gen_ids);
+    free(prompt_ids);
+    free(file_text);
+    engine_session_free(sess);
+    engine_model_free(model);
+    return rc;
+}
