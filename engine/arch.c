@@ -4,6 +4,7 @@
  * mapping. Every architecture here shares tensor names; what differs is a
  * row of flags.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -69,6 +70,11 @@ static engine_status bind(engine_model *m, k_weight *w, const char *name, int ro
         return err_set(e, ENGINE_ERR_FORMAT, "%s: tensor '%s' has shape [%s], expected [%s] from config.json", file,
                        name, got, want);
     }
+    /* Kernels load elements through typed pointers; writers pad headers so
+     * data is aligned, and a file that is not would need copying first. */
+    if ((uintptr_t)t->data % st_dtype_size(t->dtype) != 0)
+        return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: tensor '%s' data is not %zu-byte aligned in the file", file,
+                       name, st_dtype_size(t->dtype));
     w->data = t->data;
     w->dtype = to_kdtype(t->dtype);
     w->rows = cols == 0 ? 1 : rows;

@@ -31,6 +31,13 @@ typedef struct k_ctx {
     size_t scratch_per_thread; /* floats of scratch each thread may use */
 } k_ctx;
 
+/*
+ * Below this many multiply-adds an op runs on one thread: a parallel region
+ * costs microseconds, more than small work takes (and far more when the
+ * cores are shared with other processes).
+ */
+#define K_PARALLEL_MIN_WORK (1 << 16)
+
 /* Scratch floats per thread that k_matmul needs to convert weights once per batch. */
 size_t k_matmul_scratch_floats(int max_cols);
 

@@ -14,7 +14,8 @@ void k_attention(const k_ctx *c, float *out, const float *q, const float *k_cach
     const float scale = 1.0f / sqrtf((float)head_dim);
     const int items = n * n_heads;
 
-#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1) \
+    if ((double)items * (pos0 + n) * head_dim >= K_PARALLEL_MIN_WORK)
     for (int it = 0; it < items; it++) {
         const int t = it / n_heads, h = it % n_heads, kvh = h / group;
         const int pos = pos0 + t;

@@ -6,7 +6,7 @@
 
 void k_swiglu(const k_ctx *c, float *gate, const float *up, size_t n)
 {
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n > 4096)
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n >= K_PARALLEL_MIN_WORK)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
@@ -15,7 +15,7 @@ void k_swiglu(const k_ctx *c, float *gate, const float *up, size_t n)
 
 void k_add(const k_ctx *c, float *y, const float *x, size_t n)
 {
-#pragma omp parallel for simd num_threads(c->n_threads) schedule(static) if (n > 4096)
+#pragma omp parallel for simd num_threads(c->n_threads) schedule(static) if (n >= K_PARALLEL_MIN_WORK)
     for (size_t i = 0; i < n; i++)
         y[i] += x[i];
 }

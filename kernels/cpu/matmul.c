@@ -161,16 +161,17 @@ void k_matmul(const k_ctx *c, float *y, const float *x, int n, const k_weight *w
     const int n_blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     const dot_rows_fn dot = pick_dot_rows();
     const int use_bias = bias && bias->data;
+    const int parallel = (double)n * rows * cols >= K_PARALLEL_MIN_WORK;
 
     if (n == 1) {
-#pragma omp parallel for num_threads(c->n_threads) schedule(static)
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (parallel)
         for (int b = 0; b < n_blocks; b++) {
             int r0 = b * ROWS_PER_BLOCK;
             int nr = rows - r0 < ROWS_PER_BLOCK ? rows - r0 : ROWS_PER_BLOCK;
             dot(y + r0, (const char *)w->data + (size_t)r0 * cols * es, w->dtype, (size_t)cols, nr, x, cols);
         }
     } else {
-#pragma omp parallel num_threads(c->n_threads)
+#pragma omp parallel num_threads(c->n_threads) if (parallel)
         {
             /* fp32 copy of this thread's current row block, reused for every token;
              * without scratch the stored rows are converted per token instead. */
@@ -199,7 +200,7 @@ void k_matmul(const k_ctx *c, float *y, const float *x, int n, const k_weight *w
         }
     }
     if (use_bias) {
-#pragma omp parallel for num_threads(c->n_threads) schedule(static)
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (parallel)
         for (int t = 0; t < n; t++)
             for (int r = 0; r < rows; r++)
                 y[(size_t)t * rows + r] += k_weight_get(bias, (size_t)r);

@@ -6,7 +6,7 @@
 
 void k_rmsnorm(const k_ctx *c, float *y, const float *x, int n, int dim, const k_weight *weight, float eps)
 {
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n > 1)
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if ((size_t)n * dim >= K_PARALLEL_MIN_WORK)
     for (int t = 0; t < n; t++) {
         const float *xr = x + (size_t)t * dim;
         float *yr = y + (size_t)t * dim;
