@@ -28,7 +28,7 @@ typedef enum cfg_rope_type {
 typedef struct cfg_model {
     char architecture[64];  /* architectures[0], e.g. "LlamaForCausalLM" */
     char model_type[32];    /* "llama", "mistral", "qwen2", "qwen3"        */
-    char hidden_act[16];    /* "silu"                                      */
+    char hidden_act[32];    /* "silu" ("gelu_pytorch_tanh" needs 18 bytes)  */
     int dim;                /* hidden_size                                 */
     int n_layers;           /* num_hidden_layers                           */
     int n_heads;            /* num_attention_heads                         */
@@ -65,7 +65,7 @@ typedef struct cfg_generation {
     int n_eos;
 } cfg_generation;
 
-/* Parse config.json at path. */
+/* Parse config.json at path. *out is written only on success. */
 engine_status cfg_load_model(const char *path, cfg_model *out, err_buf *e);
 /* Parse generation_config.json at path; a missing file is not an error (ENGINE_OK, nothing set). */
 engine_status cfg_load_generation(const char *path, cfg_generation *out, err_buf *e);

@@ -1,0 +1,679 @@
+/*
+ * mkcheckpoint.c: writes a random-weight Hugging Face Llama checkpoint
+ * (config.json and model.safetensors, or shards and an index past the shard
+ * size, named as transformers names them) so that loading and throughput can
+ * be measured at real model shapes without downloading weights.
+ *
+ * Standalone on purpose (libc and libm only, not the engine): a benchmark
+ * input must not depend on the code it measures.
+ *
+ *   mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|tiny --dtype bf16|f16|f32
+ *                [--seed S] [--shard-size 5G] OUTDIR
+ *
+ * Weights are uniform with std 0.02 (norm weights 1.0), drawn per tensor from
+ * a stream seeded by (seed, tensor index): the same seed gives the same bytes.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct shape_def {
+    const char *name;
+    int hidden, layers, heads, kv_heads, head_dim, ffn, vocab, max_pos;
+    bool tied;
+    double rms_eps, rope_theta, rope_factor, rope_low, rope_high;
+    int rope_orig_max_pos, bos, eos;
+} shape_def;
+
+static const shape_def shapes[] = {
+    {"llama-3.2-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072, true, 1e-5, 500000.0, 32.0, 1.0, 4.0, 8192, 128000,
+     128001},
+    {"llama-3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256, 131072, false, 1e-5, 500000.0, 8.0, 1.0, 4.0, 8192, 128000,
+     128001},
+    /* Smoke test: same features as 8B (GQA, untied head, llama3 RoPE), tiny sizes. */
+    {"tiny", 64, 2, 4, 2, 16, 176, 512, 2048, false, 1e-5, 500000.0, 8.0, 1.0, 4.0, 256, 1, 2},
+};
+
+typedef enum { DT_BF16, DT_F16, DT_F32 } dtype_t;
+static const struct {
+    const char *opt, *st_name, *torch_name;
+    unsigned size;
+} dtypes[] = {
+    [DT_BF16] = {"bf16", "BF16", "bfloat16", 2},
+    [DT_F16] = {"f16", "F16", "float16", 2},
+    [DT_F32] = {"f32", "F32", "float32", 4},
+};
+
+typedef struct tensor_def {
+    char name[96];
+    int64_t rows, cols; /* cols == 0: a vector of rows elements */
+    bool ones;          /* norm weights */
+    uint64_t n, bytes;
+    int shard;
+    uint64_t offset; /* within its shard's data area */
+} tensor_def;
+
+typedef struct shard_def {
+    char name[64], tmp[4096], path[4096];
+    uint64_t bytes;
+    bool written;
+} shard_def;
+
+/* ------------------------------------------------------------ numbers */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); /* nearest even; inputs are finite */
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t ax = x & 0x7FFFFFFFu;
+    if (ax >= 0x7F800000u)
+        return sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u : 0u);
+    if (ax >= 0x477FF000u) /* rounds past 65504 */
+        return sign | 0x7C00u;
+    if (ax < 0x38800000u) /* below 2^-14: a subnormal, counted in units of 2^-24 */
+        return sign | (uint16_t)lrintf(fabsf(f) * 16777216.0f);
+    const uint32_t r = ax + 0x0FFFu + ((ax >> 13) & 1u) - 0x38000000u; /* nearest even, rebias 127 -> 15 */
+    return sign | (uint16_t)(r >> 13);
+}
+
+/* ------------------------------------------------------------ errors */
+
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mkcheckpoint: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|tiny --dtype bf16|f16|f32\n"
+               "                    [--seed S] [--shard-size 5G] OUTDIR\n"
+               "Writes OUTDIR/config.json and random weights as OUTDIR/model.safetensors, or as\n"
+               "model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json when\n"
+               "larger than --shard-size (K/M/G/T = powers of 1000, KiB/MiB/GiB/TiB = of 1024;\n"
+               "default 5G, as transformers).\n");
+}
+
+/* "5G", "500MB", "2GiB", "123" -> bytes; 0 on a bad value. */
+static uint64_t parse_size(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v > 0))
+        return 0;
+    double mult = 1;
+    const char *units = "KMGT";
+    const char *u = *end ? strchr(units, *end) : NULL;
+    if (u) {
+        bool binary = end[1] == 'i';
+        mult = pow(binary ? 1024.0 : 1000.0, (double)(u - units + 1));
+        end += binary ? 2 : 1;
+        if (binary && *end != 'B')
+            return 0;
+    }
+    if (*end == 'B')
+        end++;
+    if (*end || v * mult >= 1.8e19)
+        return 0;
+    return (uint64_t)(v * mult);
+}
+
+/* ------------------------------------------------------------ writing */
+
+typedef struct progress {
+    uint64_t done, total;
+    double t0, last;
+    bool tty;
+} progress;
+
+/* "812.3 MB", "16.06 GB": small shapes should not print as 0.00 GB. */
+static const char *fmt_bytes(char *buf, size_t n, uint64_t b)
+{
+    if (b >= 1000000000ull)
+        snprintf(buf, n, "%.2f GB", b / 1e9);
+    else if (b >= 1000000ull)
+        snprintf(buf, n, "%.1f MB", b / 1e6);
+    else
+        snprintf(buf, n, "%.1f KB", b / 1e3);
+    return buf;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void progress_show(progress *p, const char *file, bool final)
+{
+    double t = now_s();
+    if (!final && (!p->tty || t - p->last < 0.25))
+        return;
+    p->last = t;
+    double el = t - p->t0;
+    char a[32], b[32];
+    fprintf(stderr, "%s%s: %s / %s (%3.0f%%), %.2f GB/s   %s", p->tty ? "\r" : "", file,
+            fmt_bytes(a, sizeof a, p->done), fmt_bytes(b, sizeof b, p->total),
+            p->total ? 100.0 * (double)p->done / (double)p->total : 100.0, el > 0 ? p->done / 1e9 / el : 0.0,
+            final ? "\n" : "");
+}
+
+static int write_all(FILE *f, const char *path, const void *p, size_t n)
+{
+    errno = 0;
+    if (n && fwrite(p, 1, n, f) != n) {
+        fail("%s: write failed: %s", path, strerror(errno ? errno : EIO));
+        return -1;
+    }
+    return 0;
+}
+
+/* Growable text buffer for the JSON headers. */
+typedef struct text {
+    char *s;
+    size_t len, cap;
+} text;
+
+static int text_add(text *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return -1;
+        if (t->s && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return 0;
+        }
+        size_t cap = t->cap ? t->cap * 2 : 4096;
+        while (cap < t->len + (size_t)n + 1)
+            cap *= 2;
+        char *s = realloc(t->s, cap);
+        if (!s) {
+            fail("out of memory");
+            return -1;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+}
+
+/* Fill one tensor's bytes in chunks; chunking does not change the values. */
+static int write_tensor(FILE *f, const char *path, const tensor_def *t, int index, uint64_t seed, dtype_t dt,
+                        float *buf, uint16_t *half, size_t buf_elems, progress *pg, const char *label)
+{
+    /* std 0.02 from a uniform on [-a, a]: a = 0.02 * sqrt(3). */
+    const float a = 0.034641016f;
+    uint64_t state = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(index + 1));
+    splitmix64(&state);
+    uint64_t left = t->n;
+    while (left) {
+        size_t n = left < buf_elems ? (size_t)left : buf_elems;
+        float *v = buf; /* f32 first, then narrowed into half */
+        if (t->ones) {
+            for (size_t i = 0; i < n; i++)
+                v[i] = 1.0f;
+        } else {
+            for (size_t i = 0; i < n; i += 2) {
+                /* Two 24-bit uniforms per 64-bit draw. */
+                uint64_t r = splitmix64(&state);
+                v[i] = ((float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f) * a;
+                if (i + 1 < n)
+                    v[i + 1] = ((float)((r >> 8) & 0xFFFFFFu) * (2.0f / 16777216.0f) - 1.0f) * a;
+            }
+        }
+        if (dt == DT_BF16)
+            for (size_t i = 0; i < n; i++)
+                half[i] = f32_to_bf16(v[i]);
+        else if (dt == DT_F16)
+            for (size_t i = 0; i < n; i++)
+                half[i] = f32_to_f16(v[i]);
+        if (write_all(f, path, dt == DT_F32 ? (const void *)v : (const void *)half, n * dtypes[dt].size))
+            return -1;
+        left -= n;
+        pg->done += n * dtypes[dt].size;
+        progress_show(pg, label, false);
+    }
+    return 0;
+}
+
+static int write_shard(shard_def *sh, int shard, const tensor_def *ts, int n_t, uint64_t seed, dtype_t dt,
+                       progress *pg)
+{
+    text h = {0};
+    int rc = -1;
+    FILE *f = NULL;
+    if (text_add(&h, "{\"__metadata__\":{\"format\":\"pt\",\"generator\":\"mkcheckpoint\",\"seed\":\"%" PRIu64 "\"}",
+                 seed))
+        goto out;
+    for (int i = 0; i < n_t; i++) {
+        const tensor_def *t = &ts[i];
+        char dims[48];
+        if (t->cols)
+            snprintf(dims, sizeof dims, "%" PRId64 ",%" PRId64, t->rows, t->cols);
+        else
+            snprintf(dims, sizeof dims, "%" PRId64, t->rows);
+        if (t->shard == shard &&
+            text_add(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
+                     t->name, dtypes[dt].st_name, dims, t->offset, t->offset + t->bytes))
+            goto out;
+    }
+    if (text_add(&h, "}"))
+        goto out;
+    /* Pad with spaces so the data area starts 8-aligned, as the reference writer does. */
+    while (h.len % 8)
+        if (text_add(&h, " "))
+            goto out;
+
+    f = fopen(sh->tmp, "wb");
+    if (!f) {
+        fail("%s: cannot create: %s", sh->tmp, strerror(errno));
+        goto out;
+    }
+    sh->written = true;
+    setvbuf(f, NULL, _IONBF, 0); /* we write in large blocks ourselves */
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    if (write_all(f, sh->tmp, len8, 8) || write_all(f, sh->tmp, h.s, h.len))
+        goto out;
+
+    const size_t buf_elems = (size_t)4 << 20; /* 8-16 MB per write */
+    float *buf = malloc(buf_elems * sizeof *buf);
+    uint16_t *half = malloc(buf_elems * sizeof *half);
+    rc = buf && half ? 0 : -1;
+    if (rc)
+        fail("out of memory");
+    for (int i = 0; i < n_t && rc == 0; i++)
+        if (ts[i].shard == shard)
+            rc = write_tensor(f, sh->tmp, &ts[i], i, seed, dt, buf, half, buf_elems, pg, sh->name);
+    free(buf);
+    free(half);
+out:
+    if (f && fclose(f) != 0 && rc == 0) {
+        fail("%s: write failed on close: %s", sh->tmp, strerror(errno));
+        rc = -1;
+    }
+    free(h.s);
+    return rc;
+}
+
+/* Write text to path through a temporary name, so a reader never sees half a file. */
+static int write_text_file(const char *path, const char *s)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        fail("%s: cannot create: %s", tmp, strerror(errno));
+        return -1;
+    }
+    int rc = write_all(f, tmp, s, strlen(s));
+    if (fclose(f) != 0 && rc == 0) {
+        fail("%s: write failed on close: %s", tmp, strerror(errno));
+        rc = -1;
+    }
+    if (rc == 0 && rename(tmp, path) != 0) {
+        fail("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        rc = -1;
+    }
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
+
+static int config_json(text *t, const shape_def *s, dtype_t dt)
+{
+    return text_add(t,
+                    "{\n"
+                    "  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n"
+                    "  \"attention_bias\": false,\n"
+                    "  \"attention_dropout\": 0.0,\n"
+                    "  \"bos_token_id\": %d,\n"
+                    "  \"eos_token_id\": %d,\n"
+                    "  \"head_dim\": %d,\n"
+                    "  \"hidden_act\": \"silu\",\n"
+                    "  \"hidden_size\": %d,\n"
+                    "  \"initializer_range\": 0.02,\n"
+                    "  \"intermediate_size\": %d,\n"
+                    "  \"max_position_embeddings\": %d,\n"
+                    "  \"mlp_bias\": false,\n"
+                    "  \"model_type\": \"llama\",\n"
+                    "  \"num_attention_heads\": %d,\n"
+                    "  \"num_hidden_layers\": %d,\n"
+                    "  \"num_key_value_heads\": %d,\n"
+                    "  \"pretraining_tp\": 1,\n"
+                    "  \"rms_norm_eps\": %g,\n"
+                    "  \"rope_scaling\": {\n"
+                    "    \"factor\": %.1f,\n"
+                    "    \"high_freq_factor\": %.1f,\n"
+                    "    \"low_freq_factor\": %.1f,\n"
+                    "    \"original_max_position_embeddings\": %d,\n"
+                    "    \"rope_type\": \"llama3\"\n"
+                    "  },\n"
+                    "  \"rope_theta\": %.1f,\n"
+                    "  \"tie_word_embeddings\": %s,\n"
+                    "  \"torch_dtype\": \"%s\",\n"
+                    "  \"use_cache\": true,\n"
+                    "  \"vocab_size\": %d\n"
+                    "}\n",
+                    s->bos, s->eos, s->head_dim, s->hidden, s->ffn, s->max_pos, s->heads, s->layers, s->kv_heads,
+                    s->rms_eps, s->rope_factor, s->rope_high, s->rope_low, s->rope_orig_max_pos, s->rope_theta,
+                    s->tied ? "true" : "false", dtypes[dt].torch_name, s->vocab);
+}
+
+static int tensor_name_cmp(const void *a, const void *b)
+{
+    return strcmp(((const tensor_def *)a)->name, ((const tensor_def *)b)->name);
+}
+
+static int build_tensors(const shape_def *s, dtype_t dt, tensor_def **out)
+{
+    const int n = 2 + 9 * s->layers + (s->tied ? 0 : 1);
+    tensor_def *ts = calloc((size_t)n, sizeof *ts);
+    if (!ts) {
+        fail("out of memory");
+        return -1;
+    }
+    const int64_t d = s->hidden, q = (int64_t)s->heads * s->head_dim, kv = (int64_t)s->kv_heads * s->head_dim;
+    const int64_t ffn = s->ffn;
+    int k = 0;
+#define ADD(r, c, one, ...)                                                  \
+    do {                                                                     \
+        snprintf(ts[k].name, sizeof ts[k].name, __VA_ARGS__);                \
+        ts[k].rows = (r);                                                    \
+        ts[k].cols = (c);                                                    \
+        ts[k].ones = (one);                                                  \
+        k++;                                                                 \
+    } while (0)
+    ADD(s->vocab, d, false, "model.embed_tokens.weight");
+    for (int l = 0; l < s->layers; l++) {
+        ADD(d, 0, true, "model.layers.%d.input_layernorm.weight", l);
+        ADD(q, d, false, "model.layers.%d.self_attn.q_proj.weight", l);
+        ADD(kv, d, false, "model.layers.%d.self_attn.k_proj.weight", l);
+        ADD(kv, d, false, "model.layers.%d.self_attn.v_proj.weight", l);
+        ADD(d, q, false, "model.layers.%d.self_attn.o_proj.weight", l);
+        ADD(d, 0, true, "model.layers.%d.post_attention_layernorm.weight", l);
+        ADD(ffn, d, false, "model.layers.%d.mlp.gate_proj.weight", l);
+        ADD(ffn, d, false, "model.layers.%d.mlp.up_proj.weight", l);
+        ADD(d, ffn, false, "model.layers.%d.mlp.down_proj.weight", l);
+    }
+    ADD(d, 0, true, "model.norm.weight");
+    if (!s->tied)
+        ADD(s->vocab, d, false, "lm_head.weight");
+#undef ADD
+    for (int i = 0; i < n; i++) {
+        ts[i].n = (uint64_t)ts[i].rows * (uint64_t)(ts[i].cols ? ts[i].cols : 1);
+        ts[i].bytes = ts[i].n * dtypes[dt].size;
+    }
+    *out = ts;
+    return n;
+}
+
+/* Everything after the arguments: 0 on success, 1 with a message printed. */
+static int run(const shape_def *shape, dtype_t dt, uint64_t seed, uint64_t shard_size, const char *outdir)
+{
+    tensor_def *ts;
+    const int n_t = build_tensors(shape, dt, &ts);
+    if (n_t < 0)
+        return 1;
+    /* Shards as transformers cuts them: start a new one when the next tensor
+     * would pass the limit (a tensor larger than the limit gets its own). */
+    int n_shards = 1;
+    uint64_t fill = 0, total = 0, params = 0;
+    for (int i = 0; i < n_t; i++) {
+        if (fill > 0 && fill + ts[i].bytes > shard_size) {
+            n_shards++;
+            fill = 0;
+        }
+        ts[i].shard = n_shards - 1;
+        ts[i].offset = fill;
+        fill += ts[i].bytes;
+        total += ts[i].bytes;
+        params += ts[i].n;
+    }
+    shard_def *sh = calloc((size_t)n_shards, sizeof *sh);
+    if (!sh) {
+        fail("out of memory");
+        free(ts);
+        return 1;
+    }
+    for (int i = 0; i < n_shards; i++) {
+        if (n_shards == 1)
+            snprintf(sh[i].name, sizeof sh[i].name, "model.safetensors");
+        else
+            snprintf(sh[i].name, sizeof sh[i].name, "model-%05d-of-%05d.safetensors", i + 1, n_shards);
+        snprintf(sh[i].path, sizeof sh[i].path, "%s/%s", outdir, sh[i].name);
+        snprintf(sh[i].tmp, sizeof sh[i].tmp, "%s/.%s.tmp", outdir, sh[i].name);
+    }
+
+    struct statvfs vfs;
+    if (statvfs(outdir, &vfs) == 0) {
+        uint64_t free_b = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+        /* Old files stay until the new ones are complete: this is the space the run needs. */
+        const uint64_t headroom = (uint64_t)16 << 20;
+        if (free_b < total + headroom) {
+            char a[32], b[32];
+            fail("%s: needs %s plus 16 MB of headroom, only %s free", outdir, fmt_bytes(a, sizeof a, total),
+                 fmt_bytes(b, sizeof b, free_b));
+            free(sh);
+            free(ts);
+            return 1;
+        }
+    }
+
+    char tb[32];
+    fprintf(stderr, "mkcheckpoint: %s %s seed %" PRIu64 ": %.2f M params, %s in %d file%s -> %s\n", shape->name,
+            dtypes[dt].opt, seed, params / 1e6, fmt_bytes(tb, sizeof tb, total), n_shards, n_shards > 1 ? "s" : "",
+            outdir);
+    progress pg = {0, total, now_s(), 0, isatty(2) != 0};
+    int rc = 0;
+    for (int i = 0; i < n_shards && rc == 0; i++)
+        rc = write_shard(&sh[i], i, ts, n_t, seed, dt, &pg);
+    if (rc == 0)
+        progress_show(&pg, n_shards > 1 ? "all shards" : sh[0].name, true);
+    else if (pg.tty)
+        fputc('\n', stderr);
+    for (int i = 0; i < n_shards && rc == 0; i++)
+        if (rename(sh[i].tmp, sh[i].path) != 0) {
+            fail("%s: cannot rename to %s: %s", sh[i].tmp, sh[i].path, strerror(errno));
+            rc = -1;
+        }
+    /* Whatever a failed run left half-written goes; nothing named like the
+     * result may be partial. */
+    for (int i = 0; i < n_shards && rc != 0; i++)
+        if (sh[i].written)
+            unlink(sh[i].tmp);
+
+    char path[4200];
+    text t = {0};
+    if (rc == 0) {
+        /* A stale index (or single file) from an earlier run with another
+         * sharding would be found first by a loader; it must not survive. */
+        snprintf(path, sizeof path, "%s/%s", outdir,
+                 n_shards > 1 ? "model.safetensors" : "model.safetensors.index.json");
+        if (unlink(path) != 0 && errno != ENOENT) {
+            fail("%s: cannot remove stale file: %s", path, strerror(errno));
+            rc = -1;
+        }
+    }
+    if (rc == 0 && n_shards > 1) {
+        /* Index keys sorted, as transformers writes them. */
+        tensor_def *sorted = malloc((size_t)n_t * sizeof *sorted);
+        rc = sorted ? 0 : -1;
+        if (sorted) {
+            memcpy(sorted, ts, (size_t)n_t * sizeof *sorted);
+            qsort(sorted, (size_t)n_t, sizeof *sorted, tensor_name_cmp);
+            rc = text_add(&t, "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64 "\n  },\n  \"weight_map\": {\n",
+                          total);
+            for (int i = 0; i < n_t && rc == 0; i++)
+                rc = text_add(&t, "    \"%s\": \"%s\"%s\n", sorted[i].name, sh[sorted[i].shard].name,
+                              i + 1 < n_t ? "," : "");
+            if (rc == 0)
+                rc = text_add(&t, "  }\n}\n");
+            free(sorted);
+        }
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", outdir);
+        if (rc == 0)
+            rc = write_text_file(path, t.s);
+        t.len = 0;
+    }
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/config.json", outdir);
+        rc = config_json(&t, shape, dt);
+        if (rc == 0)
+            rc = write_text_file(path, t.s);
+    }
+    free(t.s);
+    free(sh);
+    free(ts);
+    if (rc != 0)
+        return 1;
+    fprintf(stderr, "mkcheckpoint: wrote %s in %.1f s\n", outdir, now_s() - pg.t0);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const shape_def *shape = NULL;
+    int dt = -1;
+    uint64_t seed = 0, shard_size = 5000000000ull;
+    const char *outdir = NULL;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (outdir) {
+                fail("more than one OUTDIR ('%s' and '%s')", outdir, a);
+                return 2;
+            }
+            outdir = a;
+            continue;
+        }
+        /* --opt value or --opt=value */
+        char opt[32];
+        const char *eq = strchr(a, '=');
+        size_t ol = eq ? (size_t)(eq - a) : strlen(a);
+        if (ol >= sizeof opt) {
+            fail("unknown option '%s'", a);
+            usage(stderr);
+            return 2;
+        }
+        memcpy(opt, a, ol);
+        opt[ol] = '\0';
+        if (strcmp(opt, "--shape") && strcmp(opt, "--dtype") && strcmp(opt, "--seed") && strcmp(opt, "--shard-size")) {
+            fail("unknown option '%s'", opt);
+            usage(stderr);
+            return 2;
+        }
+        val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val || !*val) {
+            fail("%s needs a value", opt);
+            return 2;
+        }
+        if (strcmp(opt, "--shape") == 0) {
+            shape = NULL;
+            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+                if (strcmp(val, shapes[k].name) == 0)
+                    shape = &shapes[k];
+            if (!shape) {
+                fail("unknown shape '%s' (llama-3.2-1b, llama-3.1-8b, tiny)", val);
+                return 2;
+            }
+        } else if (strcmp(opt, "--dtype") == 0) {
+            dt = -1;
+            for (int k = 0; k < 3; k++)
+                if (strcmp(val, dtypes[k].opt) == 0)
+                    dt = k;
+            if (dt < 0) {
+                fail("unknown dtype '%s' (bf16, f16, f32)", val);
+                return 2;
+            }
+        } else if (strcmp(opt, "--seed") == 0) {
+            char *end;
+            errno = 0;
+            seed = strtoull(val, &end, 0);
+            if (errno || *end || *val == '-') {
+                fail("bad seed '%s' (an unsigned integer)", val);
+                return 2;
+            }
+        } else {
+            shard_size = parse_size(val);
+            if (!shard_size) {
+                fail("bad shard size '%s' (e.g. 5G, 500M, 2GiB)", val);
+                return 2;
+            }
+        }
+    }
+    if (!shape || dt < 0 || !outdir) {
+        fail("%s is required", !shape ? "--shape" : dt < 0 ? "--dtype" : "OUTDIR");
+        usage(stderr);
+        return 2;
+    }
+    if (strlen(outdir) > 3000) {
+        fail("OUTDIR path too long");
+        return 2;
+    }
+
+    struct stat sb;
+    bool made_dir = false;
+    if (stat(outdir, &sb) != 0) {
+        if (errno != ENOENT || mkdir(outdir, 0777) != 0) {
+            fail("%s: cannot create folder: %s", outdir, strerror(errno));
+            return 1;
+        }
+        made_dir = true;
+    } else if (!S_ISDIR(sb.st_mode)) {
+        fail("%s: exists and is not a folder", outdir);
+        return 1;
+    }
+    if (access(outdir, W_OK) != 0) {
+        fail("%s: folder is not writable: %s", outdir, strerror(errno));
+        return 1;
+    }
+    int rc = run(shape, (dtype_t)dt, seed, shard_size, outdir);
+    if (rc != 0 && made_dir)
+        rmdir(outdir); /* only succeeds if nothing is left in it */
+    return rc;
+}
+
