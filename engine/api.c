@@ -2,6 +2,8 @@
  * api.c: the small public calls that belong to no larger module: version,
  * status names, and the tokenizer handle wrapped around loaders/tokenizer.
  */
+#define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

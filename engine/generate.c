@@ -3,6 +3,8 @@
  * sample, stream the text and evaluate one token at a time until EOS, the
  * length limit, a full context, or the caller's callback says stop.
  */
+#define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
+
 #include <string.h>
 #include <time.h>
 

@@ -4,6 +4,8 @@
  * checkpoint, reads the config, picks the architecture's feature row, maps
  * and binds the weights, and loads the tokenizer when there is one.
  */
+#define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
+
 #include <limits.h>
 #include <omp.h>
 #include <stdarg.h>

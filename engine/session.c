@@ -3,6 +3,8 @@
  * needs (KV cache, activations, RoPE tables, kernel scratch) is one block
  * sized here from the context length; evaluation allocates nothing.
  */
+#define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
+
 #include <stdlib.h>
 #include <string.h>
 

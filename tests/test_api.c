@@ -3,6 +3,8 @@
  * math: status names, version, NULL handling, error messages, buffer sizes,
  * the token callback (streamed text, stopping), and the log callback.
  */
+#define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
+
 #include <stdlib.h>
 #include <string.h>
 

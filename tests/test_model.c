@@ -6,7 +6,8 @@
  * a sharded Mistral with a sliding window, Qwen2, Qwen3). Greedy ids must be
  * identical and logits agree within 1e-4 (relative to the largest logit).
  */
-#include <dirent.h>
+#define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
+
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>

@@ -7,6 +7,8 @@
  * stderr; with --json, prints one JSON object as the last line of stdout
  * instead. A thin client of include/engine.h.
  */
+#define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,6 +8,8 @@
  * PATH is a tokenizer.json or a folder holding one. A thin client of
  * include/engine.h.
  */
+#define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
