@@ -316,7 +316,7 @@ static engine_status parse_decoder(tok_tokenizer *t, json_t *j, const char *path
         return get_char(j, "content", ' ', &d->ch, path, e);
     }
     case TOK_DEC_METASPACE: {
-        enum tok_prepend_scheme s;
+        enum tok_prepend_scheme s = TOK_PREPEND_ALWAYS;
         engine_status st = get_char(j, "replacement", 0x2581, &d->ch, path, e);
         if (st == ENGINE_OK)
             st = get_prepend_scheme(j, &s, path, e);

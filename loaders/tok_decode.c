@@ -44,7 +44,8 @@ static bool is_byte_token(const char *s, size_t n, uint8_t *byte)
 
 static const char *item(const tok_strs *l, size_t i)
 {
-    return l->text.p + l->off[i];
+    /* An empty list has no buffer yet: point at "" rather than NULL + 0. */
+    return l->text.p ? l->text.p + l->off[i] : "";
 }
 
 static bool dec_replace(const tok_dec *d, const tok_strs *in, tok_strs *out, tok_spans *sp)

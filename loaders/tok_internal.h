@@ -58,8 +58,8 @@ void tok_strs_free(tok_strs *l);
  * Decode one code point of s[0..n) (n > 0). Returns the number of bytes it
  * takes; *cp is U+FFFD for an ill-formed sequence, whose length is then
  * that of the maximal valid prefix (at least 1), the rule Rust's
- * String::from_utf8_lossy follows. *truncated is set when the sequence is
- * a valid prefix cut off by the end of the input.
+ * String::from_utf8_lossy follows, and *bad is set. *truncated is set when
+ * the sequence is a valid prefix cut off by the end of the input.
  */
 size_t tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp, bool *bad, bool *truncated);
 /* Lossy conversion appended to out; *open_tail (may be NULL) is set when the
@@ -86,8 +86,13 @@ void tok_bytemap_init(tok_bytemap *m);
 uint64_t tok_hash_bytes(const char *s, size_t n);
 
 /* String -> id over strings owned elsewhere (str[id], len[id]). */
+typedef struct tok_strmap_slot {
+    int32_t id;   /* -1 empty */
+    uint32_t tag; /* high hash bits: most misses never touch the strings */
+} tok_strmap_slot;
+
 typedef struct tok_strmap {
-    int32_t *slot; /* [mask+1], -1 empty */
+    tok_strmap_slot *slot; /* [mask+1] */
     size_t mask;
 } tok_strmap;
 
@@ -106,12 +111,13 @@ typedef struct tok_merge {
 
 typedef struct tok_mergemap {
     tok_merge *slot;
-    size_t mask;
+    size_t mask, count;
 } tok_mergemap;
 
 bool tok_mergemap_init(tok_mergemap *m, size_t n_keys);
 void tok_mergemap_free(tok_mergemap *m);
-void tok_mergemap_put(tok_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id); /* replaces */
+/* Inserts or replaces; grows the table as needed; false when out of memory. */
+bool tok_mergemap_put(tok_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id);
 const tok_merge *tok_mergemap_get(const tok_mergemap *m, int32_t a, int32_t b);
 
 /* ---- patterns: what Split, Replace and friends search for (tok_normalize.c) ---- */
@@ -144,7 +150,7 @@ void tok_pattern_free(tok_pattern *p);
 bool tok_pattern_find(const tok_pattern *p, const char *s, size_t n, tok_spans *out);
 void tok_spans_free(tok_spans *s);
 
-/* ---- normalizers ---- */
+/* ---- normalizers (tok_normalize.c) ---- */
 
 enum tok_norm_kind {
     TOK_NORM_NFC,
@@ -223,7 +229,7 @@ typedef struct tok_dec {
     bool prepend;       /* Metaspace: prepend_scheme is not never */
 } tok_dec;
 
-/* ---- added tokens ---- */
+/* ---- added tokens (matchers built and run in tok_encode.c) ---- */
 
 typedef struct tok_added {
     char *content;
@@ -284,7 +290,8 @@ struct tok_tokenizer {
     size_t n_prefix, n_suffix;
 };
 
-/* tok_load.c -> tok_config.c: parse the pipeline parts of tokenizer.json. */
+/* Loading steps tok_load() runs: tok_config.c parses the pipeline parts of
+ * tokenizer.json and tokenizer_config.json, tok_encode.c builds the matchers. */
 engine_status tok_parse_normalizer(tok_tokenizer *t, json_t *j, const char *path, err_buf *e);
 engine_status tok_parse_pretokenizer(tok_tokenizer *t, json_t *j, const char *path, err_buf *e);
 engine_status tok_parse_decoder(tok_tokenizer *t, json_t *j, const char *path, err_buf *e);

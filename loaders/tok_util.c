@@ -345,7 +345,8 @@ bool tok_strmap_init(tok_strmap *m, size_t n_keys)
     m->slot = malloc(c * sizeof *m->slot);
     if (!m->slot)
         return false;
-    memset(m->slot, 0xff, c * sizeof *m->slot);
+    for (size_t i = 0; i < c; i++)
+        m->slot[i] = (tok_strmap_slot){-1, 0};
     m->mask = c - 1;
     return true;
 }
@@ -358,15 +359,16 @@ void tok_strmap_free(tok_strmap *m)
 
 int32_t tok_strmap_insert(tok_strmap *m, const char *const *str, const uint32_t *len, int32_t id)
 {
-    size_t i = tok_hash_bytes(str[id], len[id]) & m->mask;
-    for (;; i = (i + 1) & m->mask) {
-        int32_t s = m->slot[i];
-        if (s < 0) {
-            m->slot[i] = id;
+    uint64_t h = tok_hash_bytes(str[id], len[id]);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
+        tok_strmap_slot s = m->slot[i];
+        if (s.id < 0) {
+            m->slot[i] = (tok_strmap_slot){id, tag};
             return id;
         }
-        if (len[s] == len[id] && memcmp(str[s], str[id], len[id]) == 0)
-            return s;
+        if (s.tag == tag && len[s.id] == len[id] && memcmp(str[s.id], str[id], len[id]) == 0)
+            return s.id;
     }
 }
 
@@ -375,19 +377,26 @@ int32_t tok_strmap_get(const tok_strmap *m, const char *const *str, const uint32
 {
     if (!m->slot)
         return -1;
-    size_t i = tok_hash_bytes(s, n) & m->mask;
-    for (;; i = (i + 1) & m->mask) {
-        int32_t k = m->slot[i];
-        if (k < 0)
+    uint64_t h = tok_hash_bytes(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
+        tok_strmap_slot k = m->slot[i];
+        if (k.id < 0)
             return -1;
-        if (len[k] == n && memcmp(str[k], s, n) == 0)
-            return k;
+        if (k.tag == tag && len[k.id] == n && memcmp(str[k.id], s, n) == 0)
+            return k.id;
     }
 }
 
 static size_t merge_hash(uint64_t key, size_t mask)
 {
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
+    /* splitmix64's finalizer: both ids reach the low bits the mask keeps. */
+    key ^= key >> 30;
+    key *= 0xbf58476d1ce4e5b9ull;
+    key ^= key >> 27;
+    key *= 0x94d049bb133111ebull;
+    key ^= key >> 31;
+    return (size_t)key & mask;
 }
 
 bool tok_mergemap_init(tok_mergemap *m, size_t n_keys)
@@ -399,6 +408,7 @@ bool tok_mergemap_init(tok_mergemap *m, size_t n_keys)
     for (size_t i = 0; i < c; i++)
         m->slot[i].key = UINT64_MAX;
     m->mask = c - 1;
+    m->count = 0;
     return true;
 }
 
@@ -408,15 +418,34 @@ void tok_mergemap_free(tok_mergemap *m)
     m->slot = NULL;
 }
 
-void tok_mergemap_put(tok_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
+static tok_merge *merge_slot(tok_mergemap *m, uint64_t key)
 {
-    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
     size_t i = merge_hash(key, m->mask);
     while (m->slot[i].key != UINT64_MAX && m->slot[i].key != key)
         i = (i + 1) & m->mask;
-    m->slot[i].key = key;
-    m->slot[i].rank = rank;
-    m->slot[i].id = id;
+    return &m->slot[i];
+}
+
+bool tok_mergemap_put(tok_mergemap *m, int32_t a, int32_t b, int32_t rank, int32_t id)
+{
+    if ((m->count + 1) * 2 > m->mask + 1) {
+        /* Keep the load at most one half so probes stay short. */
+        tok_mergemap g;
+        if (!tok_mergemap_init(&g, m->mask + 1))
+            return false;
+        for (size_t i = 0; i <= m->mask; i++)
+            if (m->slot[i].key != UINT64_MAX)
+                *merge_slot(&g, m->slot[i].key) = m->slot[i];
+        g.count = m->count;
+        free(m->slot);
+        *m = g;
+    }
+    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    tok_merge *s = merge_slot(m, key);
+    if (s->key == UINT64_MAX)
+        m->count++;
+    *s = (tok_merge){key, rank, id};
+    return true;
 }
 
 const tok_merge *tok_mergemap_get(const tok_mergemap *m, int32_t a, int32_t b)

@@ -16,7 +16,9 @@
 #include "loaders/tokenizer.h"
 #include "tests/test_util.h"
 
-static char tmpdir[64];
+static char tmpdir[512];
+static char written[64][600]; /* files write_tmp() made, removed at exit */
+static int n_written;
 
 static double now_s(void)
 {
@@ -236,7 +238,7 @@ static void test_special(void)
     if (l2) {
         CHECK(tok_piece(l2, 13) && strcmp(tok_piece(l2, 13), "<0x0A>") == 0);
         int32_t ids[] = {1, 15043, 2};
-        char *s;
+        char *s = NULL;
         size_t n;
         CHECK(tok_decode(l2, ids, 3, true, &s, &n, NULL) == ENGINE_OK && strcmp(s, "Hello") == 0);
         free(s);
@@ -255,7 +257,7 @@ static void test_special(void)
         int32_t *hello = encode(l3, "Hello", 5, false, &nh);
         CHECK(ids && hello && n == nh + 2 && ids[0] == 128000 && ids[n - 1] == 128009 &&
               memcmp(ids + 1, hello, nh * sizeof *ids) == 0);
-        char *s;
+        char *s = NULL;
         size_t sl;
         CHECK(tok_decode(l3, ids, n, true, &s, &sl, NULL) == ENGINE_OK && strcmp(s, "Hello") == 0);
         free(s);
@@ -272,7 +274,7 @@ static void test_special(void)
         size_t n;
         int32_t *ids = encode(q, "a<think>b</think>", 17, false, &n);
         CHECK(ids && n == 4 && ids[1] == 151667 && ids[3] == 151668);
-        char *s;
+        char *s = NULL;
         size_t sl;
         CHECK(ids && tok_decode(q, ids, n, true, &s, &sl, NULL) == ENGINE_OK && strcmp(s, "a<think>b</think>") == 0);
         free(s);
@@ -420,7 +422,7 @@ static void test_stream_random(void)
     }
     tok_tokenizer *g = get_tok("gpt2");
     if (g) {
-        /* "€" is bytes E2 82 AC: GPT-2 pieces "â", "Ĥ", "¬" (ids 障 see vocab) — found via the encoder. */
+        /* "€!" encodes to pieces that split the euro sign's three bytes. */
         size_t n;
         int32_t *ids = encode(g, "\xe2\x82\xac!", 4, false, &n);
         tok_stream *s = tok_stream_new(g, false);
@@ -442,8 +444,10 @@ static void test_stream_random(void)
 
 static const char *write_tmp(const char *name, const char *content)
 {
-    static char path[256];
+    static char path[600];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    if (n_written < 64)
+        snprintf(written[n_written++], sizeof written[0], "%s", path);
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL);
     if (f) {
@@ -520,10 +524,27 @@ static void test_load_errors(void)
                       "{\"added_tokens\": [{\"id\": -3, \"content\": \"x\"}], \"model\": {\"type\": \"BPE\", \"vocab\": " MINI_VOCAB
                       ", \"merges\": []}}",
                       ENGINE_ERR_FORMAT, "added_tokens");
+    /* Malformed vocab and merges entries. */
+    expect_load_error("vocab_real.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1.5}, \"merges\": []}}",
+                      ENGINE_ERR_FORMAT, "vocab id");
+    expect_load_error("vocab_escape.json",
+                      "{\"model\": {\"type\": \"BPE\",\n \"vocab\": {\"a\": 0,\n \"b\\q\": 1}, \"merges\": []}}",
+                      ENGINE_ERR_FORMAT, "invalid JSON at line 3");
+    expect_load_error("vocab_surrogate.json",
+                      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\ud83d\": 0}, \"merges\": []}}",
+                      ENGINE_ERR_FORMAT, "invalid JSON");
+    expect_load_error("vocab_utf8.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\xff\": 0}, \"merges\": []}}",
+                      ENGINE_ERR_FORMAT, NULL);
+    expect_load_error("merges_num.json",
+                      "{\"model\": {\"type\": \"BPE\", \"vocab\": " MINI_VOCAB ", \"merges\": [\"a b\", 7]}}",
+                      ENGINE_ERR_FORMAT, "merges[1]");
+    expect_load_error("merges_open.json",
+                      "{\"model\": {\"type\": \"BPE\", \"vocab\": " MINI_VOCAB ", \"merges\": [[\"a\", \"b\"]}}",
+                      ENGINE_ERR_FORMAT, NULL);
     /* A bad tokenizer_config.json is an error too, a missing one is not. */
     const char *good = write_tmp("mini_ok.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": " MINI_VOCAB
                                                  ", \"merges\": " MINI_MERGES "}}");
-    char gp[256];
+    char gp[600];
     snprintf(gp, sizeof gp, "%s", good);
     const char *badcfg = write_tmp("bad_config.json", "{\"add_bos_token\": ");
     err_clear(&e);
@@ -557,11 +578,10 @@ static void test_added_tokens(void)
         "{\"id\": 13, \"content\": \"[r]\", \"special\": false, \"lstrip\": false, \"rstrip\": true, \"single_word\": false, \"normalized\": false},"
         "{\"id\": 14, \"content\": \"ABC\", \"special\": false, \"lstrip\": false, \"rstrip\": false, \"single_word\": false, \"normalized\": true}],"
         " \"normalizer\": {\"type\": \"Lowercase\"},"
-        " \"pre_tokenizer\": {\"type\": \"WhitespaceSplit\"},"
         " \"decoder\": null,"
         " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": true, \"vocab\": " MINI_VOCAB
         ", \"merges\": " MINI_MERGES "}}";
-    char path[256];
+    char path[600];
     snprintf(path, sizeof path, "%s", write_tmp("added.json", json));
     tok_tokenizer *t = NULL;
     err_buf e;
@@ -570,21 +590,27 @@ static void test_added_tokens(void)
     if (!t)
         return;
     CHECK(tok_vocab_size(t) == 15 && tok_bos(t) == -1 && !tok_add_bos(t));
+    /* No pre-tokenizer: each stretch between added tokens is one BPE word,
+     * so spaces (id 5) show wherever the options leave them. */
+    expect_ids(t, "ab c", (int32_t[]){3, 5, 2}, 3);
     /* Longest match wins: "<m><n>" over "<m>". */
     expect_ids(t, "ab<m><n>c", (int32_t[]){3, 11, 2}, 3);
-    /* lstrip takes the spaces before "<m>" (WhitespaceSplit would drop them anyway, so use "ab  <m>c"). */
+    /* lstrip: the spaces before "<m>" belong to it. */
     expect_ids(t, "ab  <m>c", (int32_t[]){3, 10, 2}, 3);
-    /* rstrip swallows the spaces after "[r]". */
+    /* rstrip: the spaces after "[r]" belong to it. */
     expect_ids(t, "a[r]   b", (int32_t[]){0, 13, 1}, 3);
+    expect_ids(t, "a  [r]b", (int32_t[]){0, 5, 5, 13, 1}, 5);
     /* single_word: "cab" only as a word of its own, matched after lowercasing. */
-    expect_ids(t, "CAB a", (int32_t[]){12, 0}, 2);
-    expect_ids(t, "xcab", (int32_t[]){6, 2, 3}, 3); /* fused unknown "x", then c, ab */
+    expect_ids(t, "CAB a", (int32_t[]){12, 5, 0}, 3);
+    expect_ids(t, "xcab", (int32_t[]){6, 2, 3}, 3);  /* unknown "x", then c, ab */
+    expect_ids(t, "cabx", (int32_t[]){2, 3, 6}, 3);
+    expect_ids(t, "(cab)", (int32_t[]){6, 12, 6}, 3); /* punctuation is no word */
     /* normalized token content is lowercased too, so "abc" in any case finds it. */
     expect_ids(t, "aBc", (int32_t[]){14}, 1);
     /* Unknown characters fuse into one <unk>. */
-    expect_ids(t, "xyz abc", (int32_t[]){6, 14}, 2);
+    expect_ids(t, "xyz abc", (int32_t[]){6, 5, 14}, 3);
     /* No decoder: tokens joined by spaces, as tokenizers does. */
-    char *s;
+    char *s = NULL;
     size_t sl;
     CHECK(tok_decode(t, (int32_t[]){3, 2, 10}, 3, false, &s, &sl, NULL) == ENGINE_OK && strcmp(s, "ab c <m>") == 0);
     free(s);
@@ -613,9 +639,31 @@ static void test_added_tokens(void)
     tok_free(t);
 }
 
+/* Escapes in vocab keys, merges before vocab, both merge spellings. */
+static void test_json_reader(void)
+{
+    const char *json = "{\"model\": {\"merges\": [[\"\\u00e9\", \"x\"], \"x \\ud83d\\ude00\"], \"type\": \"BPE\","
+                       " \"vocab\": {\"\\u00e9\": 0, \"\\ud83d\\ude00\": 1, \"a\\nb\\\"\\\\\": 2, \"x\": 3,"
+                       " \"\\u00e9x\": 4, \"x\\ud83d\\ude00\": 5}}, \"decoder\": {\"type\": \"Fuse\"}}";
+    char path[600];
+    snprintf(path, sizeof path, "%s", write_tmp("escapes.json", json));
+    tok_tokenizer *t = NULL;
+    err_buf e;
+    err_clear(&e);
+    CHECK_MSG(tok_load(path, NULL, &t, &e) == ENGINE_OK, "%s", e.msg);
+    if (!t)
+        return;
+    CHECK(tok_piece(t, 1) && strcmp(tok_piece(t, 1), "\xf0\x9f\x98\x80") == 0);
+    CHECK(tok_piece(t, 2) && strcmp(tok_piece(t, 2), "a\nb\"\\") == 0);
+    expect_ids(t, "\xc3\xa9x\xf0\x9f\x98\x80", (int32_t[]){4, 1}, 2);
+    expect_ids(t, "x\xf0\x9f\x98\x80\xc3\xa9", (int32_t[]){5, 0}, 2);
+    tok_free(t);
+}
+
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_tokenizer_XXXXXX");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/test_tokenizer_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
         return 1;
@@ -628,12 +676,11 @@ int main(void)
     test_stream_random();
     test_load_errors();
     test_added_tokens();
+    test_json_reader();
     for (int i = 0; i < N_TOKS; i++)
         tok_free(toks[i].t);
-    /* Remove what the error tests wrote. */
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    for (int i = 0; i < n_written; i++)
+        unlink(written[i]);
+    rmdir(tmpdir);
     return test_finish("test_tokenizer");
 }
