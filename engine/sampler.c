@@ -157,11 +157,23 @@ int32_t engine_sampler_sample(engine_sampler *s, const float *logits, int n_voca
         return best;
     }
 
-    int n = n_vocab;
+    /* Tokens more than 50 nats below the best have probability below
+     * 2e-22 of it: no filter can keep them and no draw can reach them, so
+     * only the rest is sorted (a few hundred of a 128K vocabulary, typically). */
+    float best = lg[0];
+    for (int i = 1; i < n_vocab; i++)
+        if (lg[i] > best)
+            best = lg[i];
+    const float floor = best / s->p.temperature - 50.0f;
+    int n = 0;
     cand *c = s->cands;
-    for (int i = 0; i < n; i++) {
-        c[i].logit = lg[i] / s->p.temperature;
-        c[i].id = i;
+    for (int i = 0; i < n_vocab; i++) {
+        float l = lg[i] / s->p.temperature;
+        if (l >= floor) {
+            c[n].logit = l;
+            c[n].id = i;
+            n++;
+        }
     }
     qsort(c, (size_t)n, sizeof *c, by_logit_desc);
     if (s->p.top_k > 0 && s->p.top_k < n)
