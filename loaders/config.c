@@ -6,6 +6,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "json_kind.h"
 #include "config.h"
 
 #include <errno.h>
@@ -27,20 +28,6 @@ typedef struct cfg_ctx {
     err_buf *e;
 } cfg_ctx;
 
-static const char *cfg_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* obj[key], with JSON null read as absent (transformers writes null for "unset"). */
 static const json_t *cfg_get(const json_t *obj, const char *key)
 {
@@ -51,7 +38,7 @@ static const json_t *cfg_get(const json_t *obj, const char *key)
 static engine_status cfg_type_error(const cfg_ctx *c, const char *key, const char *want, const json_t *v)
 {
     return err_set(c->e, ENGINE_ERR_FORMAT, "%s: '%s%s' must be %s, not %s", c->path, c->prefix, key, want,
-                   cfg_kind(v));
+                   json_kind(v));
 }
 
 /* An integer-valued JSON number as long long; integral reals (8192.0) pass. */
@@ -219,7 +206,7 @@ static engine_status cfg_load_json(const char *path, json_t **out, int *err_no, 
         return err_set(e, ENGINE_ERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s", path, je.line, je.column,
                        je.text);
     if (!json_is_object(root)) {
-        engine_status st = err_set(e, ENGINE_ERR_FORMAT, "%s: top level is %s, not an object", path, cfg_kind(root));
+        engine_status st = err_set(e, ENGINE_ERR_FORMAT, "%s: top level is %s, not an object", path, json_kind(root));
         json_decref(root);
         return st;
     }

@@ -8,6 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "json_kind.h"
 #include "safetensors.h"
 
 #include <errno.h>
@@ -91,20 +92,6 @@ static const char *st_strerror(int err, char *buf, size_t n)
     if (strerror_r(err, buf, n) != 0)
         snprintf(buf, n, "error %d", err);
     return buf;
-}
-
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
 }
 
 /* ------------------------------------------------------------ name lookup */
