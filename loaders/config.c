@@ -6,8 +6,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "json_kind.h"
 #include "config.h"
+#include "json_kind.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -8,8 +8,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "json_kind.h"
 #include "safetensors.h"
+#include "json_kind.h"
 
 #include <errno.h>
 #include <fcntl.h>
