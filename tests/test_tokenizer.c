@@ -137,6 +137,45 @@ static void print_ids(const char *label, const int32_t *ids, size_t n)
     fprintf(stderr, n > 64 ? " ...\n" : "\n");
 }
 
+/* One reference case: encode(text) == ids, decode(ids) == decoded, and the
+ * stream of ids concatenates to the same text. Adds 1 to each count that passed. */
+static void check_case(const tok_tokenizer *t, const char *name, size_t ci, json_t *text, json_t *jids,
+                       const char *decoded, size_t *n_enc, size_t *n_dec, size_t *n_stream)
+{
+    size_t n_ref = json_array_size(jids);
+    int32_t *ref_ids = malloc((n_ref + 1) * sizeof *ref_ids);
+    for (size_t k = 0; k < n_ref; k++)
+        ref_ids[k] = (int32_t)json_integer_value(json_array_get(jids, k));
+
+    int32_t *ids = NULL;
+    size_t n = 0;
+    err_buf e;
+    err_clear(&e);
+    engine_status st = tok_encode(t, json_string_value(text), json_string_length(text), false, &ids, &n, &e);
+    bool enc_ok = st == ENGINE_OK && n == n_ref && memcmp(ids, ref_ids, n * sizeof *ids) == 0;
+    CHECK_MSG(enc_ok, "%s case %zu encode %.60s", name, ci, json_string_value(text));
+    if (!enc_ok && st == ENGINE_OK) {
+        print_ids("want", ref_ids, n_ref);
+        print_ids("got ", ids, n);
+    }
+    *n_enc += enc_ok;
+    free(ids);
+
+    char *out = NULL;
+    size_t ol = 0;
+    st = tok_decode(t, ref_ids, n_ref, false, &out, &ol, &e);
+    bool dec_ok = st == ENGINE_OK && decoded && ol == strlen(decoded) && memcmp(out, decoded, ol) == 0;
+    CHECK_MSG(dec_ok, "%s case %zu decode: want \"%s\" got \"%s\"", name, ci, decoded, out ? out : e.msg);
+    *n_dec += dec_ok;
+    free(out);
+
+    char what[96];
+    snprintf(what, sizeof what, "%s case %zu stream", name, ci);
+    *n_stream += check_stream(t, ref_ids, n_ref, what);
+    free(ref_ids);
+}
+
+/* tokenizer_reference.json: 55 hand-picked texts per tokenizer. */
 static void test_reference(void)
 {
     char path[1024];
@@ -155,44 +194,42 @@ static void test_reference(void)
         json_t *c;
         json_array_foreach(cases, ci, c)
         {
-            json_t *text = json_object_get(c, "text"), *jids = json_object_get(c, "ids");
-            const char *decoded = json_string_value(json_object_get(c, "decoded"));
-            size_t n_ref = json_array_size(jids);
-            int32_t *ref_ids = malloc((n_ref + 1) * sizeof *ref_ids);
-            for (size_t k = 0; k < n_ref; k++)
-                ref_ids[k] = (int32_t)json_integer_value(json_array_get(jids, k));
-
-            int32_t *ids = NULL;
-            size_t n = 0;
-            err_buf e;
-            err_clear(&e);
-            engine_status st =
-                tok_encode(t, json_string_value(text), json_string_length(text), false, &ids, &n, &e);
-            bool enc_ok = st == ENGINE_OK && n == n_ref && memcmp(ids, ref_ids, n * sizeof *ids) == 0;
-            CHECK_MSG(enc_ok, "%s case %zu encode %.60s", toks[ti].name, ci, json_string_value(text));
-            if (!enc_ok && st == ENGINE_OK) {
-                print_ids("want", ref_ids, n_ref);
-                print_ids("got ", ids, n);
-            }
-            n_enc += enc_ok;
-            free(ids);
-
-            char *out = NULL;
-            size_t ol = 0;
-            st = tok_decode(t, ref_ids, n_ref, false, &out, &ol, &e);
-            bool dec_ok = st == ENGINE_OK && decoded && ol == strlen(decoded) && memcmp(out, decoded, ol) == 0;
-            CHECK_MSG(dec_ok, "%s case %zu decode: want \"%s\" got \"%s\"", toks[ti].name, ci, decoded,
-                      out ? out : e.msg);
-            n_dec += dec_ok;
-            free(out);
-
-            char what[96];
-            snprintf(what, sizeof what, "%s case %zu stream", toks[ti].name, ci);
-            n_stream += check_stream(t, ref_ids, n_ref, what);
-            free(ref_ids);
+            check_case(t, toks[ti].name, ci, json_object_get(c, "text"), json_object_get(c, "ids"),
+                       json_string_value(json_object_get(c, "decoded")), &n_enc, &n_dec, &n_stream);
         }
         printf("%-12s encode %zu/%zu  decode %zu/%zu  stream %zu/%zu\n", toks[ti].name, n_enc, n_cases, n_dec,
                n_cases, n_stream, n_cases);
+    }
+    json_decref(ref);
+}
+
+/* tokenizer_generated.json: 300 seeded random texts nobody picked, with HF
+ * tokenizers' ids (made by tests/fixtures/make_tokenizer_cases.py). */
+static void test_generated(void)
+{
+    char path[1024];
+    json_error_t je;
+    json_t *ref = json_load_file(test_data_path(path, sizeof path, "reference/tokenizer_generated.json"), 0, &je);
+    CHECK_MSG(ref != NULL, "%s: %s", path, je.text);
+    if (!ref)
+        return;
+    json_t *texts = json_object_get(ref, "texts");
+    CHECK(json_array_size(texts) == 300);
+    for (int ti = 0; ti < N_TOKS; ti++) {
+        tok_tokenizer *t = toks[ti].t;
+        json_t *cases = json_object_get(json_object_get(ref, "tokenizers"), toks[ti].name);
+        CHECK_MSG(json_array_size(cases) == json_array_size(texts), "%s: generated cases", toks[ti].name);
+        if (!t || json_array_size(cases) != json_array_size(texts))
+            continue;
+        size_t n_enc = 0, n_dec = 0, n_stream = 0, n_cases = json_array_size(cases), ci;
+        json_t *c;
+        json_array_foreach(cases, ci, c)
+        {
+            check_case(t, toks[ti].name, ci, json_array_get(texts, ci), json_object_get(c, "ids"),
+                       json_string_value(json_object_get(c, "decoded")), &n_enc, &n_dec, &n_stream);
+        }
+        printf("%-12s generated: encode %zu/%zu  decode %zu/%zu  stream %zu/%zu\n", toks[ti].name, n_enc, n_cases,
+               n_dec, n_cases, n_stream, n_cases);
     }
     json_decref(ref);
 }
@@ -670,6 +707,7 @@ int main(void)
     }
     load_all();
     test_reference();
+    test_generated();
     test_special();
     test_hostile_input();
     test_roundtrip();
