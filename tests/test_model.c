@@ -4,7 +4,8 @@
  * the tiny random checkpoints in tests/data/models/ (one per architecture
  * feature: llama3 RoPE, tied bf16 with the old config layout, biases in f16,
  * a sharded Mistral with a sliding window, Qwen2, Qwen3). Greedy ids must be
- * identical and logits agree within 1e-4 (relative to the largest logit).
+ * identical and logits agree within 1e-4 (absolute; logits here reach 27,
+ * the largest error seen is about 2e-5).
  */
 #define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
 
@@ -24,21 +25,19 @@ static size_t json_ids(json_t *arr, int32_t *out, size_t cap)
     return n;
 }
 
-/* max |got - ref| / max(1, max |ref|) */
+/* max |got - ref| over the vocabulary (NaN counts as infinite). */
 static double logits_err(const float *got, json_t *ref, int vocab)
 {
     if ((int)json_array_size(ref) != vocab)
         return INFINITY;
-    double mx = 0.0, scale = 1.0;
-    for (int i = 0; i < vocab; i++)
-        scale = fmax(scale, fabs(json_number_value(json_array_get(ref, i))));
+    double mx = 0.0;
     for (int i = 0; i < vocab; i++) {
         double d = fabs((double)got[i] - json_number_value(json_array_get(ref, i)));
         if (d != d)
             return INFINITY;
         mx = fmax(mx, d);
     }
-    return mx / scale;
+    return mx;
 }
 
 static int32_t argmax(const float *l, int n)
@@ -85,7 +84,7 @@ static void check_greedy(const char *what, engine_session *s, int vocab, const i
     if (!logits)
         return;
     double e = logits_err(logits, prompt_ref, vocab);
-    CHECK_MSG(e <= tol, "%s: prompt logits differ by %g (relative)", what, e);
+    CHECK_MSG(e <= tol, "%s: prompt logits differ by %g (absolute)", what, e);
     size_t first_bad = n_gen;
     for (size_t i = 0; i < n_gen; i++) {
         int32_t id = argmax(logits, vocab);
@@ -98,7 +97,7 @@ static void check_greedy(const char *what, engine_session *s, int vocab, const i
     CHECK_MSG(first_bad == n_gen, "%s: greedy id %zu differs from the reference", what, first_bad);
     if (final_ref) {
         e = logits_err(logits, final_ref, vocab);
-        CHECK_MSG(e <= tol, "%s: final logits differ by %g (relative)", what, e);
+        CHECK_MSG(e <= tol, "%s: final logits differ by %g (absolute)", what, e);
     }
 }
 
