@@ -161,6 +161,9 @@ ENGINE_API engine_status engine_detokenize(const engine_tokenizer *tok, const in
 ENGINE_API int engine_tokenizer_vocab_size(const engine_tokenizer *tok);
 ENGINE_API int32_t engine_tokenizer_bos(const engine_tokenizer *tok); /* -1 if none */
 ENGINE_API int32_t engine_tokenizer_eos(const engine_tokenizer *tok); /* -1 if none */
+/* Last error on this tokenizer. A tokenizer may encode and decode from
+ * several threads at once, but then this message belongs to whichever call
+ * failed last. */
 ENGINE_API const char *engine_tokenizer_last_error(const engine_tokenizer *tok);
 
 /* ---------------------------------------------------------------- session */
