@@ -50,7 +50,6 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits)
     const int dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const int kvd = nkv * hd, ffn = c->ffn_dim;
     const int pos0 = s->n_past;
-    const int window = m->arch->sliding_window ? c->sliding_window : 0;
     const float eps = (float)c->rms_eps;
 
     for (int t = 0; t < n; t++)
@@ -73,6 +72,7 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits)
         }
         k_rope(kc, s->q, n, nh, hd, s->pos, s->rope_cos, s->rope_sin);
         k_rope(kc, kl, n, nkv, hd, s->pos, s->rope_cos, s->rope_sin);
+        const int window = m->arch->sliding_window && l >= c->sliding_from_layer ? c->sliding_window : 0;
         k_attention(kc, s->att, s->q, s->k_cache + (size_t)l * s->n_ctx * kvd,
                     s->v_cache + (size_t)l * s->n_ctx * kvd, n, pos0, nh, nkv, hd, window);
         k_matmul(kc, s->xb, s->att, n, &L->wo, &L->bo);

@@ -214,6 +214,50 @@ static engine_status cfg_load_json(const char *path, json_t **out, int *err_no, 
     return ENGINE_OK;
 }
 
+
+/*
+ * Which layers the sliding window covers. Mistral: all. Qwen2/Qwen3 (they
+ * carry use_sliding_window): layers from max_window_layers on, as their
+ * transformers configs derive layer_types. transformers 5 writes
+ * layer_types itself; it must be full layers followed by sliding ones.
+ */
+static engine_status cfg_window_layers(const cfg_ctx *c, const json_t *root, cfg_model *m)
+{
+    engine_status st;
+    m->sliding_from_layer = 0;
+    if (m->sliding_window > 0 && cfg_get(root, "use_sliding_window")) {
+        if ((st = cfg_int(c, root, "max_window_layers", false, 28, 0, &m->sliding_from_layer)))
+            return st;
+        if (m->sliding_from_layer > m->n_layers)
+            m->sliding_from_layer = m->n_layers;
+    }
+    const json_t *types = cfg_get(root, "layer_types");
+    if (!types)
+        return ENGINE_OK;
+    if (!json_is_array(types) || json_array_size(types) != (size_t)m->n_layers)
+        return err_set(c->e, ENGINE_ERR_FORMAT, "%s: 'layer_types' is not a list of %d layer types", c->path,
+                       m->n_layers);
+    int first_sliding = m->n_layers;
+    for (int l = 0; l < m->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(types, (size_t)l));
+        bool sliding = t && strcmp(t, "sliding_attention") == 0;
+        if (!t || (!sliding && strcmp(t, "full_attention") != 0))
+            return err_set(c->e, ENGINE_ERR_UNSUPPORTED, "%s: layer_types[%d] is %s%s%s; supported: full_attention, "
+                           "sliding_attention", c->path, l, t ? "'" : "", t ? t : "not a string", t ? "'" : "");
+        if (sliding && first_sliding == m->n_layers)
+            first_sliding = l;
+        if (!sliding && first_sliding < l)
+            return err_set(c->e, ENGINE_ERR_UNSUPPORTED,
+                           "%s: layer_types puts a full_attention layer (%d) after a sliding one; only full layers "
+                           "followed by sliding ones are supported", c->path, l);
+    }
+    if (first_sliding == m->n_layers || m->sliding_window == 0)
+        m->sliding_window = 0, m->sliding_from_layer = 0;
+    else
+        m->sliding_from_layer = first_sliding;
+    return ENGINE_OK;
+}
+
 /* ------------------------------------------------------------ config.json */
 
 static engine_status cfg_rope(const cfg_ctx *c, const json_t *root, cfg_model *m)
@@ -347,6 +391,8 @@ static engine_status cfg_parse_model(const cfg_ctx *c, const json_t *root, cfg_m
         return st;
     if (!use_window)
         m->sliding_window = 0;
+    if ((st = cfg_window_layers(c, root, m)))
+        return st;
 
     if ((st = cfg_rope(c, root, m)))
         return st;

@@ -38,6 +38,8 @@ typedef struct cfg_model {
     int vocab_size;
     int max_position;       /* max_position_embeddings                     */
     int sliding_window;     /* 0 = none (Mistral v0.1 sets 4096)           */
+    int sliding_from_layer; /* first layer the window applies to: 0 for
+                               Mistral, max_window_layers for Qwen2/3      */
     double rms_eps;         /* rms_norm_eps                                */
     double rope_theta;
     cfg_rope_type rope_type;

@@ -230,6 +230,30 @@ static void test_defaults_and_layouts(void)
                     &m, &e) == ENGINE_OK);
     CHECK(m.sliding_window == 256 && strcmp(m.hidden_act, "gelu_pytorch_tanh") == 0);
     CHECK(m.attention_bias && m.mlp_bias);
+    CHECK(m.sliding_from_layer == 2); /* Qwen's default max_window_layers 28, clamped to the 2 layers */
+
+    /* Which layers slide: Mistral all, Qwen from max_window_layers, or as layer_types says. */
+    CHECK(load_text(config_with("\"sliding_window\": 64", NULL), &m, &e) == ENGINE_OK);
+    CHECK(m.sliding_window == 64 && m.sliding_from_layer == 0);
+    CHECK(load_text(config_with("\"sliding_window\": 64, \"use_sliding_window\": true, \"max_window_layers\": 1",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(m.sliding_window == 64 && m.sliding_from_layer == 1);
+    CHECK(load_text(config_with("\"sliding_window\": 64, \"layer_types\": [\"full_attention\", "
+                                "\"sliding_attention\"]",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(m.sliding_window == 64 && m.sliding_from_layer == 1);
+    CHECK(load_text(config_with("\"sliding_window\": 64, \"layer_types\": [\"full_attention\", \"full_attention\"]",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(m.sliding_window == 0);
+    expect_model(config_with("\"sliding_window\": 64, \"layer_types\": [\"sliding_attention\", \"full_attention\"]",
+                             NULL),
+                 ENGINE_ERR_UNSUPPORTED, "layer_types");
+    expect_model(config_with("\"layer_types\": [\"full_attention\"]", NULL), ENGINE_ERR_FORMAT, "layer_types");
+    expect_model(config_with("\"layer_types\": [\"full_attention\", \"chunked_attention\"]", NULL),
+                 ENGINE_ERR_UNSUPPORTED, "chunked_attention");
     CHECK(load_text(config_with("\"eos_token_id\": [5, 6, 7, 8, 9, 10, 11, 12]", NULL), &m, &e) == ENGINE_OK);
     CHECK(m.n_eos == 8 && m.eos_ids[7] == 12);
     CHECK(load_text(config_with("\"max_position_embeddings\": 8192.0", NULL), &m, &e) == ENGINE_OK);
