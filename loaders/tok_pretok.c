@@ -25,21 +25,12 @@ static void apply_behavior(tok_spans *sp, enum tok_split_behavior b, bool invert
         for (size_t i = 0; i < sp->n; i++)
             sp->v[i].match = false;
         return;
-    case TOK_CONTIGUOUS:
+    case TOK_CONTIGUOUS:  /* runs of matches, and runs of non-matches, join */
+    case TOK_MERGED_PREV: /* a match joins the non-match before it */
         for (size_t i = 0; i < sp->n; i++) {
             bool m = sp->v[i].match;
-            if (m == prev && k > 0)
-                sp->v[k - 1].end = sp->v[i].end;
-            else
-                sp->v[k++] = (tok_span){sp->v[i].start, sp->v[i].end, false};
-            prev = m;
-        }
-        sp->n = k;
-        return;
-    case TOK_MERGED_PREV:
-        for (size_t i = 0; i < sp->n; i++) {
-            bool m = sp->v[i].match;
-            if (m && !prev && k > 0)
+            bool join = k > 0 && (b == TOK_CONTIGUOUS ? m == prev : m && !prev);
+            if (join)
                 sp->v[k - 1].end = sp->v[i].end;
             else
                 sp->v[k++] = (tok_span){sp->v[i].start, sp->v[i].end, false};

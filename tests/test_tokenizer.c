@@ -175,60 +175,37 @@ static void check_case(const tok_tokenizer *t, const char *name, size_t ci, json
     free(ref_ids);
 }
 
-/* tokenizer_reference.json: 55 hand-picked texts per tokenizer. */
-static void test_reference(void)
+/*
+ * Every case of every tokenizer in a reference file. Cases sit under
+ * cases_key[name] (or at the top level when cases_key is NULL); each holds
+ * "ids" and "decoded", and its text either in "text" or, when the file has
+ * a shared "texts" list, at the same index there.
+ */
+static void run_reference(const char *file, const char *cases_key, size_t want_cases, const char *label)
 {
     char path[1024];
     json_error_t je;
-    json_t *ref = json_load_file(test_data_path(path, sizeof path, "reference/tokenizer_reference.json"), 0, &je);
-    CHECK_MSG(ref != NULL, "%s: %s", path, je.text);
-    if (!ref)
-        return;
-    for (int ti = 0; ti < N_TOKS; ti++) {
-        tok_tokenizer *t = toks[ti].t;
-        json_t *cases = json_object_get(ref, toks[ti].name);
-        CHECK_MSG(json_array_size(cases) == 55, "%s: %zu reference cases", toks[ti].name, json_array_size(cases));
-        if (!t || !cases)
-            continue;
-        size_t n_enc = 0, n_dec = 0, n_stream = 0, n_cases = json_array_size(cases), ci;
-        json_t *c;
-        json_array_foreach(cases, ci, c)
-        {
-            check_case(t, toks[ti].name, ci, json_object_get(c, "text"), json_object_get(c, "ids"),
-                       json_string_value(json_object_get(c, "decoded")), &n_enc, &n_dec, &n_stream);
-        }
-        printf("%-12s encode %zu/%zu  decode %zu/%zu  stream %zu/%zu\n", toks[ti].name, n_enc, n_cases, n_dec,
-               n_cases, n_stream, n_cases);
-    }
-    json_decref(ref);
-}
-
-/* tokenizer_generated.json: 300 seeded random texts nobody picked, with HF
- * tokenizers' ids (made by tests/fixtures/make_tokenizer_cases.py). */
-static void test_generated(void)
-{
-    char path[1024];
-    json_error_t je;
-    json_t *ref = json_load_file(test_data_path(path, sizeof path, "reference/tokenizer_generated.json"), 0, &je);
+    json_t *ref = json_load_file(test_data_path(path, sizeof path, file), 0, &je);
     CHECK_MSG(ref != NULL, "%s: %s", path, je.text);
     if (!ref)
         return;
     json_t *texts = json_object_get(ref, "texts");
-    CHECK(json_array_size(texts) == 300);
+    json_t *all = cases_key ? json_object_get(ref, cases_key) : ref;
     for (int ti = 0; ti < N_TOKS; ti++) {
         tok_tokenizer *t = toks[ti].t;
-        json_t *cases = json_object_get(json_object_get(ref, "tokenizers"), toks[ti].name);
-        CHECK_MSG(json_array_size(cases) == json_array_size(texts), "%s: generated cases", toks[ti].name);
-        if (!t || json_array_size(cases) != json_array_size(texts))
+        json_t *cases = json_object_get(all, toks[ti].name);
+        size_t n_cases = json_array_size(cases), n_enc = 0, n_dec = 0, n_stream = 0, ci;
+        CHECK_MSG(n_cases == want_cases, "%s: %zu %s cases, want %zu", toks[ti].name, n_cases, label, want_cases);
+        if (!t || n_cases != want_cases)
             continue;
-        size_t n_enc = 0, n_dec = 0, n_stream = 0, n_cases = json_array_size(cases), ci;
         json_t *c;
         json_array_foreach(cases, ci, c)
         {
-            check_case(t, toks[ti].name, ci, json_array_get(texts, ci), json_object_get(c, "ids"),
+            json_t *text = texts ? json_array_get(texts, ci) : json_object_get(c, "text");
+            check_case(t, toks[ti].name, ci, text, json_object_get(c, "ids"),
                        json_string_value(json_object_get(c, "decoded")), &n_enc, &n_dec, &n_stream);
         }
-        printf("%-12s generated: encode %zu/%zu  decode %zu/%zu  stream %zu/%zu\n", toks[ti].name, n_enc, n_cases,
+        printf("%-12s %s: encode %zu/%zu  decode %zu/%zu  stream %zu/%zu\n", toks[ti].name, label, n_enc, n_cases,
                n_dec, n_cases, n_stream, n_cases);
     }
     json_decref(ref);
@@ -706,8 +683,10 @@ int main(void)
         return 1;
     }
     load_all();
-    test_reference();
-    test_generated();
+    /* 55 hand-picked texts per tokenizer. */
+    run_reference("reference/tokenizer_reference.json", NULL, 55, "reference");
+    /* 300 seeded random texts nobody picked (tests/fixtures/make_tokenizer_cases.py). */
+    run_reference("reference/tokenizer_generated.json", "tokenizers", 300, "generated");
     test_special();
     test_hostile_input();
     test_roundtrip();

@@ -112,6 +112,66 @@ static const char *stop_name(engine_stop_reason r)
     }
 }
 
+/* The numeric options: name, range, and the field each sets. */
+typedef enum opt_field {
+    OPT_N_PREDICT, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
+    OPT_CTX, OPT_THREADS
+} opt_field;
+
+typedef struct number_option {
+    const char *name, *alias;
+    opt_field field;
+    char kind; /* 'i' integer, 'f' real, 'u' unsigned 64-bit */
+    double lo, hi;
+} number_option;
+
+static const number_option NUMBER_OPTIONS[] = {
+    {"--n-predict", "-n", OPT_N_PREDICT, 'i', 0, 1 << 30},
+    {"--temp", NULL, OPT_TEMP, 'f', 0.0, 1e6},
+    {"--top-k", NULL, OPT_TOP_K, 'i', 0, 1 << 30},
+    {"--top-p", NULL, OPT_TOP_P, 'f', 1e-9, 1.0},
+    {"--min-p", NULL, OPT_MIN_P, 'f', 0.0, 1.0},
+    {"--repeat-penalty", NULL, OPT_REPEAT_PENALTY, 'f', 1e-6, 1e6},
+    {"--repeat-last-n", NULL, OPT_REPEAT_LAST_N, 'i', -1, 1 << 30},
+    {"--seed", NULL, OPT_SEED, 'u', 0, 0},
+    {"--ctx", NULL, OPT_CTX, 'i', 1, 1 << 24},
+    {"--threads", NULL, OPT_THREADS, 'i', 1, 4096},
+};
+
+static const number_option *find_number_option(const char *a)
+{
+    for (size_t k = 0; k < sizeof NUMBER_OPTIONS / sizeof NUMBER_OPTIONS[0]; k++)
+        if (!strcmp(a, NUMBER_OPTIONS[k].name) || (NUMBER_OPTIONS[k].alias && !strcmp(a, NUMBER_OPTIONS[k].alias)))
+            return &NUMBER_OPTIONS[k];
+    return NULL;
+}
+
+/* Parse v for opt into its field; nonzero when v is malformed or out of range. */
+static int parse_number_option(const number_option *opt, const char *v, engine_model_params *mp,
+                               engine_session_params *sp, engine_generate_params *gp)
+{
+    long l = 0;
+    double d = 0.0;
+    uint64_t u = 0;
+    if (opt->kind == 'i' ? cli_parse_long(v, (long)opt->lo, (long)opt->hi, &l)
+        : opt->kind == 'f' ? cli_parse_float(v, opt->lo, opt->hi, &d)
+                           : cli_parse_u64(v, &u))
+        return -1;
+    switch (opt->field) {
+    case OPT_N_PREDICT: gp->n_predict = (int)l; break;
+    case OPT_TEMP: gp->sampling.temperature = (float)d; break;
+    case OPT_TOP_K: gp->sampling.top_k = (int)l; break;
+    case OPT_TOP_P: gp->sampling.top_p = (float)d; break;
+    case OPT_MIN_P: gp->sampling.min_p = (float)d; break;
+    case OPT_REPEAT_PENALTY: gp->sampling.repeat_penalty = (float)d; break;
+    case OPT_REPEAT_LAST_N: gp->sampling.repeat_last_n = (int)l; break;
+    case OPT_SEED: gp->sampling.seed = u; break;
+    case OPT_CTX: sp->n_ctx = (int)l; break;
+    case OPT_THREADS: mp->n_threads = (int)l; break;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = NULL, *prompt_ids_arg = NULL, *prompt_file = NULL;
@@ -123,8 +183,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long l;
-        double d;
+        const number_option *opt;
 #define NEED_VALUE()                                                            \
     do {                                                                        \
         if (!v) {                                                               \
@@ -148,56 +207,11 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--file")) {
             NEED_VALUE();
             prompt_file = v;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+        } else if ((opt = find_number_option(a)) != NULL) {
             NEED_VALUE();
-            if (cli_parse_long(v, 0, 1L << 30, &l))
+            if (parse_number_option(opt, v, &mp, &sp, &gp))
                 return bad_arg(a, v);
-            gp.n_predict = (int)l;
-        } else if (!strcmp(a, "--temp")) {
-            NEED_VALUE();
-            if (cli_parse_float(v, 0.0, 1e6, &d))
-                return bad_arg(a, v);
-            gp.sampling.temperature = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            NEED_VALUE();
-            if (cli_parse_long(v, 0, 1L << 30, &l))
-                return bad_arg(a, v);
-            gp.sampling.top_k = (int)l;
-        } else if (!strcmp(a, "--top-p")) {
-            NEED_VALUE();
-            if (cli_parse_float(v, 1e-9, 1.0, &d))
-                return bad_arg(a, v);
-            gp.sampling.top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            NEED_VALUE();
-            if (cli_parse_float(v, 0.0, 1.0, &d))
-                return bad_arg(a, v);
-            gp.sampling.min_p = (float)d;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            NEED_VALUE();
-            if (cli_parse_float(v, 1e-6, 1e6, &d))
-                return bad_arg(a, v);
-            gp.sampling.repeat_penalty = (float)d;
-        } else if (!strcmp(a, "--repeat-last-n")) {
-            NEED_VALUE();
-            if (cli_parse_long(v, -1, 1L << 30, &l))
-                return bad_arg(a, v);
-            gp.sampling.repeat_last_n = (int)l;
-        } else if (!strcmp(a, "--seed")) {
-            NEED_VALUE();
-            if (cli_parse_u64(v, &gp.sampling.seed))
-                return bad_arg(a, v);
-            seed_given = 1;
-        } else if (!strcmp(a, "--ctx")) {
-            NEED_VALUE();
-            if (cli_parse_long(v, 1, 1L << 24, &l))
-                return bad_arg(a, v);
-            sp.n_ctx = (int)l;
-        } else if (!strcmp(a, "--threads")) {
-            NEED_VALUE();
-            if (cli_parse_long(v, 1, 4096, &l))
-                return bad_arg(a, v);
-            mp.n_threads = (int)l;
+            seed_given |= opt->field == OPT_SEED;
         } else if (!strcmp(a, "--device")) {
             NEED_VALUE();
             if (!strcmp(v, "cpu"))
