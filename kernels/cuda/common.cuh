@@ -1,0 +1,83 @@
+/*
+ * common.cuh: what every CUDA kernel file shares: loads and stores of the
+ * three element types as fp32, warp and block reductions, and the small
+ * table that turns a k_dtype into a template argument.
+ */
+#ifndef ENGINE_KERNELS_CUDA_COMMON_CUH
+#define ENGINE_KERNELS_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "../kernels_cuda.h"
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it. */
+__device__ __forceinline__ float block_sum(float v)
+{
+    __shared__ float part[32];
+    __shared__ float total;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float s = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0f;
+        s = warp_sum(s);
+        if (lane == 0)
+            total = s;
+    }
+    __syncthreads();
+    return total;
+}
+
+/*
+ * Type dispatch in one place: DISPATCH_TYPE(dt, T, call) runs `call` with T
+ * bound to float, __half or __nv_bfloat16. Unknown types fall to `default`.
+ */
+#define DISPATCH_TYPE(dt, T, ...)                 \
+    switch (dt) {                                 \
+    case K_F32: {                                 \
+        typedef float T;                          \
+        __VA_ARGS__;                              \
+    } break;                                      \
+    case K_F16: {                                 \
+        typedef __half T;                         \
+        __VA_ARGS__;                              \
+    } break;                                      \
+    case K_BF16: {                                \
+        typedef __nv_bfloat16 T;                  \
+        __VA_ARGS__;                              \
+    } break;                                      \
+    default:                                      \
+        return launch_fail(c, "unknown element type %d", (int)(dt)); \
+    }
+
+static inline unsigned ceil_div(long a, long b) { return (unsigned)((a + b - 1) / b); }
+
+#endif

@@ -1,0 +1,153 @@
+/*
+ * kernels_cuda.h: the CUDA operations of the forward pass, one launcher per
+ * op (kernels/cuda/<op>.cu holds the kernel and its launcher). Each op
+ * computes what its CPU counterpart in kernels.h computes; the GPU tests
+ * check every launcher against those on random inputs.
+ *
+ * Conventions shared by every launcher:
+ * - All pointers are device pointers unless a comment says otherwise.
+ * - Matrices are row-major, one row per token. Weights [rows, cols] are in
+ *   the model's type `wt` (K_F32, K_F16 or K_BF16); norm weights, biases and
+ *   RoPE tables are fp32. Arithmetic accumulates in fp32.
+ * - "act" buffers (inputs to cuBLASLt) are in the weight type; the residual
+ *   stream and projection outputs are fp32.
+ * - A launcher checks its arguments, sizes the grid, launches on c->stream,
+ *   checks the launch error and returns 0; on failure it returns -1 and
+ *   leaves a one-line message in c->err. It never synchronises, so every
+ *   launcher can be captured into a CUDA graph.
+ */
+#ifndef ENGINE_KERNELS_CUDA_H
+#define ENGINE_KERNELS_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct launch_ctx {
+    cudaStream_t stream;
+    int n_sms;              /* multiprocessors of the device              */
+    void *lt;               /* cublasLtHandle_t, for launch_gemm          */
+    void *workspace;        /* cuBLASLt workspace (device), from the arena */
+    size_t workspace_bytes;
+    char err[256];          /* message of the last failure                */
+} launch_ctx;
+
+/* Fills c->err (printf-style) and returns -1; for launchers. */
+int launch_fail(launch_ctx *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* 0, or launch_fail with the pending launch error of `op`. */
+int launch_check(launch_ctx *c, const char *op);
+
+/* x[t, :] = row ids[t] of emb [vocab, dim] (wt) as fp32, for t < n. ids on the device. */
+int launch_embed(launch_ctx *c, float *x, const void *emb, k_dtype wt, const int32_t *ids, int n, int dim);
+
+/* y[n, dim] (yt) = x[n, dim] / rms(x) * w[dim]; fp32 in, any type out. In place allowed when yt is K_F32. */
+int launch_rmsnorm(launch_ctx *c, void *y, k_dtype yt, const float *x, const float *w, int n, int dim, float eps);
+
+/* y[t, j] += b[j] for t < n, j < cols. */
+int launch_bias_add(launch_ctx *c, float *y, const float *b, int n, int cols);
+
+/*
+ * Everything between the q/k/v projection and attention, for n tokens at
+ * positions *pos0 + t (pos0 on the device, so a captured graph reads the
+ * current position). qkv [n, (nh + 2*nkv) * hd] fp32 as the projection wrote
+ * it (q heads, then k heads, then v heads); per token:
+ *   1. bias [(nh + 2*nkv) * hd] added when not NULL;
+ *   2. per-head RMSNorm of q and k with q_norm/k_norm [hd] when not NULL;
+ *   3. RoPE, rotate-half (pairs i, i + hd/2), from tables cos/sin [n_ctx, hd/2];
+ *   4. q written to q_out [n, nh*hd] fp32; k and v written into the cache
+ *      rows *pos0 + t of k_cache/v_cache [n_ctx, nkv*hd] (type kvt).
+ */
+typedef struct rope_qkv_args {
+    const float *qkv;
+    const float *bias, *q_norm, *k_norm; /* each may be NULL */
+    float eps;
+    const float *cos, *sin;
+    float *q_out;
+    void *k_cache, *v_cache;
+    k_dtype kvt;
+    const int *pos0;
+    int n, n_heads, n_kv_heads, head_dim;
+} rope_qkv_args;
+int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
+
+/*
+ * Attention of one new token (decode), flash-decoding style: the KV length is
+ * split among blocks, each keeping a running max and sum, then combined.
+ * The token is at position *pos (device) and the cache holds positions
+ * 0 .. *pos. q [nh*hd] fp32; k/v cache [n_ctx, nkv*hd] (kvt); out [nh*hd]
+ * (ot). window > 0: only the last `window` positions (itself included).
+ * partial: scratch of launch_attention_decode_scratch(nh, hd, n_splits) floats.
+ * n_splits is fixed when the graph is captured; each split takes an equal
+ * share of whatever length the position gives.
+ */
+size_t launch_attention_decode_scratch(int n_heads, int head_dim, int n_splits);
+int launch_attention_decode(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
+                            const void *v_cache, k_dtype kvt, const int *pos, int n_heads, int n_kv_heads,
+                            int head_dim, int window, int n_splits, float *partial);
+
+/*
+ * Causal attention of n new tokens at positions pos0 .. pos0+n-1 (host value)
+ * against the cache, which already holds positions 0 .. pos0+n-1. Tiled over
+ * keys with an online softmax: the n x (pos0+n) score matrix never exists in
+ * memory. q [n, nh*hd] fp32; out [n, nh*hd] (ot). window as above.
+ */
+int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
+                             const void *v_cache, k_dtype kvt, int n, int pos0, int n_heads, int n_kv_heads,
+                             int head_dim, int window);
+
+/* h[n, ffn] (ht) = silu(gu[t, j]) * gu[t, ffn + j]; gu [n, 2*ffn] fp32 (gate then up per row). */
+int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, int ffn);
+
+/* *out = index of the largest of x[n] (the lowest index among equals). */
+int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n);
+
+/*
+ * Matrix-vector product for one token (decode), bound by reading W once:
+ *   y[rows] (= or +=) W[rows, cols] . in(x) (+ bias)
+ * where in(x) is prepared once per block in shared memory from
+ *   GEMV_IN_F32:     x [cols] fp32
+ *   GEMV_IN_RMSNORM: x [cols] fp32, RMS-normalised and scaled by norm[cols]
+ *   GEMV_IN_SWIGLU:  x [2*cols] fp32, silu(x[j]) * x[cols + j]
+ * so that a norm or gate never costs a launch of its own.
+ */
+typedef enum gemv_input { GEMV_IN_F32 = 0, GEMV_IN_RMSNORM = 1, GEMV_IN_SWIGLU = 2 } gemv_input;
+typedef struct gemv_args {
+    float *y;
+    bool accumulate;     /* y += ... (residual) instead of y = ...  */
+    const void *w;       /* [rows, cols] in wt                      */
+    k_dtype wt;
+    int rows, cols;
+    const float *bias;   /* [rows] or NULL                          */
+    gemv_input in;
+    const float *x;
+    const float *norm;   /* [cols], GEMV_IN_RMSNORM                 */
+    float eps;
+} gemv_args;
+int launch_gemv(launch_ctx *c, const gemv_args *a);
+
+/*
+ * Matrix product through cuBLASLt (prefill): y[n, rows] (= or +=) x[n, cols] . W[rows, cols]^T,
+ * x and W in wt, y fp32, fp32 accumulation (no TF32 for fp32 weights).
+ * Needs c->lt and c->workspace.
+ */
+int launch_gemm(launch_ctx *c, float *y, bool accumulate, const void *x, const void *w, k_dtype wt, int n,
+                int rows, int cols);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
