@@ -72,14 +72,22 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
     gs.n_prompt = n_prompt;
     double t0 = now_seconds();
     const float *logits = s->logits;
+    /* Greedy without a penalty needs only the argmax, which a GPU session
+     * picks on the device: no logits cross to the host per token. */
+    const bool device_greedy =
+        s->cuda && p.sampling.temperature <= 0.0f && p.sampling.repeat_penalty == 1.0f;
+    int32_t next = -1;
     if (n_prompt)
-        st = engine_session_eval(s, prompt, n_prompt, &logits);
+        st = session_eval(s, prompt, n_prompt, device_greedy ? NULL : &logits, device_greedy ? &next : NULL);
+    else if (device_greedy)
+        next = engine_sampler_sample(smp, logits, m->cfg.vocab_size, s->tokens, (size_t)s->n_past);
     double t1 = now_seconds();
     gs.prompt_seconds = t1 - t0;
     gs.stop = ENGINE_STOP_LENGTH;
 
     for (int i = 0; st == ENGINE_OK && i < p.n_predict; i++) {
-        int32_t id = engine_sampler_sample(smp, logits, m->cfg.vocab_size, s->tokens, (size_t)s->n_past);
+        int32_t id = device_greedy ? next
+                                   : engine_sampler_sample(smp, logits, m->cfg.vocab_size, s->tokens, (size_t)s->n_past);
         if (out_ids && gs.n_generated < cap)
             out_ids[gs.n_generated] = id;
         gs.n_generated++;
@@ -103,7 +111,7 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
             gs.stop = ENGINE_STOP_CONTEXT;
             break;
         }
-        st = engine_session_eval(s, &id, 1, &logits);
+        st = session_eval(s, &id, 1, device_greedy ? NULL : &logits, device_greedy ? &next : NULL);
     }
     gs.gen_seconds = now_seconds() - t1;
     if (ts) {

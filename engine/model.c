@@ -15,6 +15,9 @@
 #include <sys/stat.h>
 
 #include "model.h"
+#ifdef ENGINE_HAVE_CUDA
+#include "cuda/backend.h"
+#endif
 
 void model_log(const engine_model *m, engine_log_level level, const char *fmt, ...)
 {
@@ -166,9 +169,14 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
         return ENGINE_ERR_INVALID_ARG;
     }
     engine_model_params p = params ? *params : engine_model_default_params();
-    if (p.device == ENGINE_DEVICE_CUDA) {
-        err_set(&e, ENGINE_ERR_UNSUPPORTED, "%s: this build of libengine has no CUDA backend (use --device cpu)",
-                path);
+    char why[256] = "this build of libengine has no CUDA backend";
+    bool have_gpu = false;
+#ifdef ENGINE_HAVE_CUDA
+    if (p.device != ENGINE_DEVICE_CPU)
+        have_gpu = cuda_available(why, sizeof why);
+#endif
+    if (p.device == ENGINE_DEVICE_CUDA && !have_gpu) {
+        err_set(&e, ENGINE_ERR_UNSUPPORTED, "%s: cannot run on CUDA: %s (use --device cpu)", path, why);
         err_copy_out(&e, err, err_size);
         return ENGINE_ERR_UNSUPPORTED;
     }
@@ -181,15 +189,31 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->log = p.log;
     m->log_user = p.log_user;
     m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
+    m->device = have_gpu ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
     engine_status st = load(m, path, &e);
+#ifdef ENGINE_HAVE_CUDA
+    if (!st && m->device == ENGINE_DEVICE_CUDA) {
+        st = cuda_model_create(m, p.vram_budget, &m->cuda, &e);
+        if (st && e.msg[0] && !strstr(e.msg, path)) {
+            char msg[ERR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", e.msg);
+            err_set(&e, st, "%s: %s", path, msg);
+        }
+    }
+#endif
     if (st) {
         err_copy_out(&e, err, err_size);
         engine_model_free(m);
         return st;
     }
-    model_log(m, ENGINE_LOG_INFO, "%s: %s, %d layers, dim %d, %llu parameters (%s), %d threads", path,
+#ifdef ENGINE_HAVE_CUDA
+    /* A CPU-only build runs on the CPU by choice; a CUDA build says why it does. */
+    if (p.device == ENGINE_DEVICE_AUTO && !have_gpu)
+        model_log(m, ENGINE_LOG_WARN, "no usable GPU (%s): running on the CPU", why);
+#endif
+    model_log(m, ENGINE_LOG_INFO, "%s: %s, %d layers, dim %d, %llu parameters (%s), on the %s", path,
               m->cfg.architecture, m->cfg.n_layers, m->cfg.dim, (unsigned long long)m->n_params, m->weight_dtype,
-              m->n_threads);
+              m->device == ENGINE_DEVICE_CUDA ? "GPU" : "CPU");
     *out = m;
     return ENGINE_OK;
 }
@@ -202,6 +226,9 @@ void engine_model_free(engine_model *m)
         tok_free(m->tokenizer->tok);
         free(m->tokenizer);
     }
+#ifdef ENGINE_HAVE_CUDA
+    cuda_model_free(m->cuda);
+#endif
     free(m->layers);
     st_close(m->weights);
     free(m);
@@ -226,6 +253,8 @@ engine_status engine_model_get_info(const engine_model *m, engine_model_info *in
     info->n_params = m->n_params;
     info->weight_bytes = m->weight_bytes;
     info->weight_dtype = m->weight_dtype;
+    info->device = m->device;
+    info->tied_embeddings = m->lm_head.data == m->tok_emb.data;
     return ENGINE_OK;
 }
 

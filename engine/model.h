@@ -58,7 +58,12 @@ struct engine_tokenizer {
     err_buf err;
 };
 
+struct cuda_model;
+struct cuda_session;
+
 struct engine_model {
+    engine_device device;      /* ENGINE_DEVICE_CPU or ENGINE_DEVICE_CUDA */
+    struct cuda_model *cuda;   /* device weights and arena; NULL on the CPU */
     cfg_model cfg;
     cfg_generation gen;
     const arch_features *arch;
@@ -81,6 +86,7 @@ struct engine_model {
 
 struct engine_session {
     engine_model *model;
+    struct cuda_session *cuda; /* device buffers; NULL on the CPU        */
     int n_ctx;                 /* tokens the KV cache holds               */
     int n_batch;               /* most tokens evaluated in one pass       */
     int n_past;                /* tokens already in the cache             */
@@ -120,6 +126,13 @@ engine_status model_bind_weights(engine_model *m, err_buf *e);
  * n_past. With want_logits the last token's logits land in s->logits.
  */
 void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits);
+
+/*
+ * engine_session_eval, plus: with argmax != NULL on a backend that can pick
+ * the greedy token itself (CUDA), *argmax gets it and the logits are only
+ * copied out when logits != NULL. On the CPU *argmax is -1.
+ */
+engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, const float **logits, int32_t *argmax);
 
 /* Fill the RoPE tables [n_ctx, head_dim/2] for the config's rope type. */
 void rope_tables(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t);

@@ -9,8 +9,12 @@
 #include <string.h>
 
 #include "model.h"
+#ifdef ENGINE_HAVE_CUDA
+#include "cuda/backend.h"
+#endif
 
-#define BATCH_MAX 64 /* tokens per forward pass while reading a prompt */
+#define BATCH_MAX 64       /* tokens per CPU forward pass while reading a prompt */
+#define CUDA_BATCH_MAX 512 /* tokens per GPU pass: large enough to fill the matrix units */
 #define ALIGN 64
 
 engine_session_params engine_session_default_params(void)
@@ -35,6 +39,10 @@ static size_t layout(engine_session *s, char *base)
     const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t half = (size_t)c->head_dim / 2;
     size_t off = 0;
+    s->logits = carve(base, &off, (size_t)c->vocab_size * sizeof(float));
+    s->tokens = carve(base, &off, ctx * sizeof(int32_t));
+    if (s->model->device != ENGINE_DEVICE_CPU)
+        return off; /* the rest lives on the device */
     s->k_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float));
     s->v_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float));
     s->kv_bytes = 2 * (uint64_t)c->n_layers * ctx * kvd * sizeof(float);
@@ -44,11 +52,9 @@ static size_t layout(engine_session *s, char *base)
     s->att = carve(base, &off, nb * qd * sizeof(float));
     s->hb = carve(base, &off, nb * c->ffn_dim * sizeof(float));
     s->hb2 = carve(base, &off, nb * c->ffn_dim * sizeof(float));
-    s->logits = carve(base, &off, (size_t)c->vocab_size * sizeof(float));
     s->rope_cos = carve(base, &off, ctx * half * sizeof(float));
     s->rope_sin = carve(base, &off, ctx * half * sizeof(float));
     s->pos = carve(base, &off, nb * sizeof(int));
-    s->tokens = carve(base, &off, ctx * sizeof(int32_t));
     s->kc.scratch = carve(base, &off, (size_t)s->kc.n_threads * s->kc.scratch_per_thread * sizeof(float));
     return off;
 }
@@ -102,9 +108,25 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
     }
     s->block_bytes = bytes;
     layout(s, s->block);
-    rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
-    model_log(m, ENGINE_LOG_INFO, "session: %d tokens of context, %.1f MiB (KV cache %.1f MiB)", n_ctx,
-              bytes / 1048576.0, s->kv_bytes / 1048576.0);
+    if (m->device == ENGINE_DEVICE_CPU)
+        rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
+#ifdef ENGINE_HAVE_CUDA
+    if (m->device == ENGINE_DEVICE_CUDA) {
+        s->n_batch = n_ctx < CUDA_BATCH_MAX ? n_ctx : CUDA_BATCH_MAX;
+        engine_status st = cuda_session_create(s, &s->cuda, &e);
+        if (st) {
+            err_copy_out(&e, err, err_size);
+            engine_session_free(s);
+            return st;
+        }
+        engine_memory_report r;
+        engine_session_memory(s, &r);
+        bytes = r.device_total;
+        s->kv_bytes = r.kv_cache;
+    }
+#endif
+    model_log(m, ENGINE_LOG_INFO, "session: %d tokens of context, %.1f MiB on the %s (KV cache %.1f MiB)", n_ctx,
+              bytes / 1048576.0, m->device == ENGINE_DEVICE_CUDA ? "GPU" : "CPU", s->kv_bytes / 1048576.0);
     *out = s;
     return ENGINE_OK;
 }
@@ -113,6 +135,9 @@ void engine_session_free(engine_session *s)
 {
     if (!s)
         return;
+#ifdef ENGINE_HAVE_CUDA
+    cuda_session_free(s->cuda);
+#endif
     free(s->block);
     free(s);
 }
@@ -142,11 +167,19 @@ const char *engine_session_last_error(const engine_session *s)
 
 engine_status engine_session_eval(engine_session *s, const int32_t *ids, size_t n, const float **logits)
 {
+    const float *dummy;
+    return session_eval(s, ids, n, logits ? logits : &dummy, NULL);
+}
+
+engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, const float **logits, int32_t *argmax)
+{
     if (!s)
         return ENGINE_ERR_INVALID_ARG;
     err_clear(&s->err);
     if (logits)
         *logits = NULL;
+    if (argmax)
+        *argmax = -1;
     if (n == 0)
         return ENGINE_OK;
     if (!ids)
@@ -163,10 +196,21 @@ engine_status engine_session_eval(engine_session *s, const int32_t *ids, size_t 
     for (size_t done = 0; done < n;) {
         int chunk = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
         memcpy(s->tokens + s->n_past, ids + done, (size_t)chunk * sizeof *ids);
-        forward_cpu(s, ids + done, chunk, done + (size_t)chunk == n);
+        const bool last = done + (size_t)chunk == n;
+#ifdef ENGINE_HAVE_CUDA
+        if (s->cuda) {
+            engine_status st = cuda_forward(s, ids + done, chunk, last && logits, last ? argmax : NULL, &s->err);
+            if (st) {
+                s->have_logits = false;
+                return st;
+            }
+        } else
+#endif
+            forward_cpu(s, ids + done, chunk, last);
         done += (size_t)chunk;
     }
-    s->have_logits = true;
+    /* On the GPU the host logits are current only when they were asked for. */
+    s->have_logits = !s->cuda || logits;
     if (logits)
         *logits = s->logits;
     return ENGINE_OK;
@@ -181,5 +225,9 @@ engine_status engine_session_memory(const engine_session *s, engine_memory_repor
     r->kv_cache = s->kv_bytes;
     r->activations = s->block_bytes - s->kv_bytes;
     r->host_total = s->block_bytes;
+#ifdef ENGINE_HAVE_CUDA
+    if (s->cuda)
+        cuda_memory(s, r);
+#endif
     return ENGINE_OK;
 }

@@ -121,6 +121,8 @@ typedef struct engine_model_info {
     uint64_t n_params;
     uint64_t weight_bytes; /* bytes of all weights as stored */
     const char *weight_dtype; /* "f32", "f16", "bf16" (the dominant type) */
+    engine_device device;     /* where the model runs: CPU or CUDA, never AUTO */
+    int tied_embeddings;      /* 1 when the output matrix is the embedding table */
 } engine_model_info;
 
 ENGINE_API engine_status engine_model_get_info(const engine_model *model, engine_model_info *info);
@@ -280,6 +282,10 @@ typedef struct engine_memory_report {
     uint64_t activations;     /* bytes of activation and scratch buffers       */
     uint64_t host_total;      /* host bytes the engine allocated in all         */
     uint64_t device_total;    /* device bytes in use (0 on the CPU)            */
+    uint64_t device_budget;   /* most device bytes the engine may map          */
+    uint64_t device_reserved; /* device address space reserved                 */
+    uint64_t device_mapped;   /* device memory mapped now (>= device_total)    */
+    uint64_t device_peak;     /* highest device_mapped so far                  */
 } engine_memory_report;
 
 ENGINE_API engine_status engine_session_memory(const engine_session *s, engine_memory_report *r);

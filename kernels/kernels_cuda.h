@@ -141,8 +141,11 @@ int launch_gemv(launch_ctx *c, const gemv_args *a);
 /*
  * Matrix product through cuBLASLt (prefill): y[n, rows] (= or +=) x[n, cols] . W[rows, cols]^T,
  * x and W in wt, y fp32, fp32 accumulation (no TF32 for fp32 weights).
- * Needs c->lt and c->workspace.
+ * Every pointer 256-byte aligned. Needs c->lt from launch_gemm_create and
+ * c->workspace; the algorithm chosen for a shape is kept for the next call.
  */
+int launch_gemm_create(launch_ctx *c);  /* sets c->lt */
+void launch_gemm_destroy(launch_ctx *c); /* frees c->lt; NULL-safe */
 int launch_gemm(launch_ctx *c, float *y, bool accumulate, const void *x, const void *w, k_dtype wt, int n,
                 int rows, int cols);
 

@@ -38,6 +38,13 @@ got=$("$INFER" "$MODEL" --file "$T/prompt.txt" -n 30 --json 2>/dev/null | tail -
 grep -q "^Once upon a time, there was a little girl" "$T/out" || fail "streamed text: $(cat "$T/out")"
 grep -q "tok/s" "$T/err" || fail "no summary line: $(cat "$T/err")"
 
+# --device auto (the default): the GPU when there is one; a CUDA build without
+# one says so in one line before the summary, and a CPU-only build says nothing.
+"$INFER" "$MODEL" --prompt-ids 1,403 -n 2 >"$T/out" 2>"$T/err" || fail "infer --device auto exited $?"
+notes=$(grep -vc "tok/s" "$T/err")
+[ "$notes" -le 1 ] || fail "--device auto: more than one notice: $(cat "$T/err")"
+[ "$notes" -eq 0 ] || grep -q "running on the CPU" "$T/err" || fail "--device auto: unexpected stderr: $(cat "$T/err")"
+
 # Sampling: the same seed repeats, another seed (almost surely) differs.
 s1=$("$INFER" "$MODEL" --prompt "Once" -n 40 --temp 1.0 --top-p 0.95 --seed 11 --json 2>/dev/null | tail -n 1 | jq -c .generated_ids)
 s2=$("$INFER" "$MODEL" --prompt "Once" -n 40 --temp 1.0 --top-p 0.95 --seed 11 --json 2>/dev/null | tail -n 1 | jq -c .generated_ids)
@@ -58,6 +65,8 @@ got=$("$TOKENIZE" "$MODEL" --decode 1,403,407,261,378 --skip-special)
 expect_error() {
   local name=$1 pattern=$2
   shift 2
+  # infer on the CPU: a CUDA build on a machine without a GPU would add its notice line.
+  [ "$1" = "$INFER" ] && set -- "$@" --device cpu
   "$@" >"$T/out" 2>"$T/err"
   local rc=$?
   if [ $rc -eq 0 ] || [ $rc -ge 3 ]; then

@@ -39,6 +39,31 @@ static inline int cli_parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+/* "8G", "7.5G", "800M", "64K" or plain bytes (binary units) -> bytes; 0 and junk are errors. */
+static inline int cli_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v > 0.0))
+        return -1;
+    double unit = 1.0;
+    switch (*end) {
+    case 'k': case 'K': unit = 1024.0; end++; break;
+    case 'm': case 'M': unit = 1048576.0; end++; break;
+    case 'g': case 'G': unit = 1073741824.0; end++; break;
+    case 't': case 'T': unit = 1099511627776.0; end++; break;
+    }
+    if (*end == 'i' && unit > 1.0)
+        end++;
+    if ((*end == 'b' || *end == 'B') && unit > 1.0)
+        end++;
+    if (*end || v * unit > 1.8e19 || v * unit < 1.0)
+        return -1;
+    *out = (uint64_t)(v * unit);
+    return 0;
+}
+
 static inline int cli_parse_float(const char *s, double lo, double hi, double *out)
 {
     char *end;

@@ -39,7 +39,9 @@ static const char USAGE[] =
     "runtime:\n"
     "  --ctx N               context length in tokens (default min(model maximum, 4096))\n"
     "  --threads N           CPU threads (default: all cores)\n"
-    "  --device cpu|cuda|auto  where to run (default auto)\n"
+    "  --device cpu|cuda|auto  where to run (default auto: the GPU when there is one)\n"
+    "  --vram SIZE           most device memory to use, e.g. 8G, 7.5G, 800M\n"
+    "                        (default: the device's free memory less 512 MiB)\n"
     "output:\n"
     "  --json                print one JSON object (ids, text, timings) as the last line\n"
     "  -v, --verbose         log what the engine does on stderr\n"
@@ -85,7 +87,9 @@ static int on_token(int32_t id, const char *text, size_t len, void *user)
 
 static void log_to_stderr(engine_log_level level, const char *msg, void *user)
 {
-    (void)user;
+    /* Warnings and errors always; the rest with --verbose. */
+    if (level > ENGINE_LOG_WARN && !*(const int *)user)
+        return;
     static const char *names[] = {"error", "warn", "info", "debug"};
     fprintf(stderr, "infer: %s: %s\n", names[level <= ENGINE_LOG_DEBUG ? level : ENGINE_LOG_DEBUG], msg);
 }
@@ -222,6 +226,10 @@ int main(int argc, char **argv)
                 mp.device = ENGINE_DEVICE_AUTO;
             else
                 return bad_arg(a, v);
+        } else if (!strcmp(a, "--vram")) {
+            NEED_VALUE();
+            if (cli_parse_size(v, &mp.vram_budget))
+                return bad_arg(a, v);
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -247,9 +255,8 @@ int main(int argc, char **argv)
     }
     if (!seed_given)
         gp.sampling.seed = (uint64_t)time(NULL);
-    if (verbose) {
-        mp.log = log_to_stderr;
-    }
+    mp.log = log_to_stderr;
+    mp.log_user = &verbose;
 
     char err[512] = "";
     engine_model *model = NULL;
@@ -366,6 +373,7 @@ int main(int argc, char **argv)
 
     engine_memory_report mem;
     engine_session_memory(sess, &mem);
+    const int on_gpu = info.device == ENGINE_DEVICE_CUDA;
     const double pps = stats.prompt_seconds > 0 ? stats.n_prompt / stats.prompt_seconds : 0.0;
     const double gps = stats.gen_seconds > 0 && stats.n_generated > 1 ? (stats.n_generated - 1) / stats.gen_seconds
                                                                         : 0.0;
@@ -382,18 +390,29 @@ int main(int argc, char **argv)
         printf(",\"timings\":{\"prompt_seconds\":%.6f,\"prompt_tokens_per_second\":%.3f,"
                "\"generate_seconds\":%.6f,\"generated_tokens_per_second\":%.3f}",
                stats.prompt_seconds, pps, stats.gen_seconds, gps);
-        printf(",\"memory\":{\"weights_mapped\":%llu,\"kv_cache\":%llu,\"activations\":%llu,\"host_total\":%llu}}\n",
+        printf(",\"device\":\"%s\"", on_gpu ? "cuda" : "cpu");
+        printf(",\"memory\":{\"weights_mapped\":%llu,\"kv_cache\":%llu,\"activations\":%llu,\"host_total\":%llu,"
+               "\"device_in_use\":%llu,\"device_mapped\":%llu,\"device_peak\":%llu,\"device_budget\":%llu}}\n",
                (unsigned long long)mem.weights_mapped, (unsigned long long)mem.kv_cache,
-               (unsigned long long)mem.activations, (unsigned long long)mem.host_total);
+               (unsigned long long)mem.activations, (unsigned long long)mem.host_total,
+               (unsigned long long)mem.device_total, (unsigned long long)mem.device_mapped,
+               (unsigned long long)mem.device_peak, (unsigned long long)mem.device_budget);
     } else {
         fputc('\n', stdout);
         fflush(stdout);
-        fprintf(stderr,
-                "infer: prompt %zu tokens at %.1f tok/s | generated %zu tokens at %.1f tok/s (stop: %s) | "
-                "memory: weights %.1f MiB mapped, KV cache %.1f MiB, activations %.1f MiB | seed %llu\n",
-                stats.n_prompt, pps, stats.n_generated, gps, stop_name(stats.stop),
-                mem.weights_mapped / 1048576.0, mem.kv_cache / 1048576.0, mem.activations / 1048576.0,
-                (unsigned long long)gp.sampling.seed);
+        fprintf(stderr, "infer: prompt %zu tokens at %.1f tok/s | generated %zu tokens at %.1f tok/s (stop: %s) | ",
+                stats.n_prompt, pps, stats.n_generated, gps, stop_name(stats.stop));
+        if (on_gpu)
+            fprintf(stderr,
+                    "GPU memory: %.1f MiB in use (weights %.1f, KV cache %.1f, activations %.1f), peak mapped %.1f "
+                    "of %.1f MiB budget | seed %llu\n",
+                    mem.device_total / 1048576.0, mem.weights_owned / 1048576.0, mem.kv_cache / 1048576.0,
+                    mem.activations / 1048576.0, mem.device_peak / 1048576.0, mem.device_budget / 1048576.0,
+                    (unsigned long long)gp.sampling.seed);
+        else
+            fprintf(stderr, "memory: weights %.1f MiB mapped, KV cache %.1f MiB, activations %.1f MiB | seed %llu\n",
+                    mem.weights_mapped / 1048576.0, mem.kv_cache / 1048576.0, mem.activations / 1048576.0,
+                    (unsigned long long)gp.sampling.seed);
     }
     rc = interrupted ? 130 : 0;
 

@@ -1,0 +1,155 @@
+/*
+ * bench.c: prefill and decode speed of one model through libengine, warmed
+ * up and repeated, with the figures its bounds need.
+ *
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE]
+ *
+ * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
+ * one call (prefill), then generates --gen tokens greedily (decode); the
+ * first repetition warms up (graph capture, cuBLASLt plans) and is not
+ * counted. Prints a table row per repetition and one JSON line with the
+ * medians, the bytes each decoded token reads (weights less the embedding
+ * table, of which one row is read; plus the KV cache at the mean position)
+ * and the device memory report.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tools/cli_util.h"
+#include "engine.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void log_cb(engine_log_level level, const char *msg, void *user)
+{
+    (void)user;
+    if (level <= ENGINE_LOG_INFO)
+        fprintf(stderr, "bench: %s\n", msg);
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL;
+    int n_prompt = 512, n_gen = 128, reps = 3;
+    engine_model_params mp = engine_model_default_params();
+    mp.log = log_cb;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long l = 0;
+        if (!strcmp(a, "--device") && v) {
+            mp.device = !strcmp(v, "cpu") ? ENGINE_DEVICE_CPU : !strcmp(v, "cuda") ? ENGINE_DEVICE_CUDA
+                                                                                   : ENGINE_DEVICE_AUTO;
+            i++;
+        } else if (!strcmp(a, "--prompt") && v && !cli_parse_long(v, 1, 1 << 20, &l)) {
+            n_prompt = (int)l;
+            i++;
+        } else if (!strcmp(a, "--gen") && v && !cli_parse_long(v, 2, 1 << 20, &l)) {
+            n_gen = (int)l;
+            i++;
+        } else if (!strcmp(a, "--reps") && v && !cli_parse_long(v, 1, 1000, &l)) {
+            reps = (int)l;
+            i++;
+        } else if (!strcmp(a, "--vram") && v && !cli_parse_size(v, &mp.vram_budget)) {
+            i++;
+        } else if (a[0] != '-' && !path) {
+            path = a;
+        } else {
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE]\n");
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE]\n");
+        return 2;
+    }
+    char err[512] = "";
+    engine_model *m = NULL;
+    if (engine_model_load(path, &mp, &m, err, sizeof err) != ENGINE_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    engine_model_info info;
+    engine_model_get_info(m, &info);
+    engine_session_params sp = engine_session_default_params();
+    sp.n_ctx = n_prompt + n_gen;
+    engine_session *s = NULL;
+    if (engine_session_create(m, &sp, &s, err, sizeof err) != ENGINE_OK) {
+        fprintf(stderr, "bench: %s\n", err);
+        engine_model_free(m);
+        return 1;
+    }
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt), *out = malloc((size_t)n_gen * sizeof *out);
+    uint64_t r = 12345;
+    for (int i = 0; i < n_prompt; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)((r >> 33) % (uint64_t)info.vocab_size);
+    }
+    double *pre = calloc((size_t)reps, sizeof *pre), *dec = calloc((size_t)reps, sizeof *dec);
+    engine_generate_params gp = engine_generate_default_params();
+    gp.n_predict = n_gen;
+    int rc = 0;
+    printf("%-4s %14s %14s\n", "rep", "prefill tok/s", "decode tok/s");
+    for (int rep = -1; rep < reps; rep++) {
+        engine_session_reset(s);
+        engine_generate_stats st;
+        size_t n = 0;
+        if (engine_generate(s, prompt, (size_t)n_prompt, &gp, out, (size_t)n_gen, &n, &st) != ENGINE_OK) {
+            fprintf(stderr, "bench: %s\n", engine_session_last_error(s));
+            rc = 1;
+            break;
+        }
+        if (st.n_generated < 2) {
+            fprintf(stderr, "bench: generation stopped after %zu tokens\n", st.n_generated);
+            rc = 1;
+            break;
+        }
+        if (rep < 0)
+            continue; /* warm-up */
+        pre[rep] = st.n_prompt / st.prompt_seconds;
+        dec[rep] = (st.n_generated - 1) / st.gen_seconds;
+        printf("%-4d %14.1f %14.1f\n", rep, pre[rep], dec[rep]);
+    }
+    if (rc == 0) {
+        engine_memory_report mem;
+        engine_session_memory(s, &mem);
+        const int on_gpu = info.device == ENGINE_DEVICE_CUDA;
+        const double esize = !strcmp(info.weight_dtype, "f32") ? 4.0 : 2.0;
+        const double emb = (double)info.vocab_size * info.dim * esize;
+        const double weights = on_gpu ? (double)mem.weights_owned : (double)info.weight_bytes;
+        const double kv_elem = on_gpu ? esize : 4.0;
+        const double mean_pos = n_prompt + (n_gen - 1) / 2.0;
+        const double kv_read = 2.0 * info.n_layers * info.n_kv_heads * info.head_dim * kv_elem * mean_pos;
+        const double per_token = weights - (info.tied_embeddings ? 0.0 : emb) + kv_read;
+        const double p = median(pre, reps), d = median(dec, reps);
+        printf("{\"model\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"params\":%llu,\"prompt\":%d,\"gen\":%d,"
+               "\"reps\":%d,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,\"bytes_per_token\":%.0f,"
+               "\"achieved_gb_s\":%.1f,\"device_in_use\":%llu,\"device_peak_mapped\":%llu,\"device_budget\":%llu,"
+               "\"weights_device\":%llu,\"kv_cache\":%llu,\"activations\":%llu}\n",
+               path, on_gpu ? "cuda" : "cpu", info.weight_dtype, (unsigned long long)info.n_params, n_prompt, n_gen,
+               reps, p, d, per_token, per_token * d / 1e9, (unsigned long long)mem.device_total,
+               (unsigned long long)mem.device_peak, (unsigned long long)mem.device_budget,
+               (unsigned long long)mem.weights_owned, (unsigned long long)mem.kv_cache,
+               (unsigned long long)mem.activations);
+    }
+    free(pre);
+    free(dec);
+    free(prompt);
+    free(out);
+    engine_session_free(s);
+    engine_model_free(m);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/*
+ * backend.h: what the rest of the engine sees of the CUDA backend. A model
+ * on CUDA owns a device arena holding its weights (uploaded once from the
+ * mapping); a session owns its KV cache, activation buffers, stream,
+ * cuBLASLt handle and the CUDA graph of one decode step.
+ *
+ * Compiled only with ENGINE_HAVE_CUDA.
+ */
+#ifndef ENGINE_CUDA_BACKEND_H
+#define ENGINE_CUDA_BACKEND_H
+
+#include <stdbool.h>
+
+#include "../model.h"
+
+typedef struct cuda_model cuda_model;
+typedef struct cuda_session cuda_session;
+
+/* True when a usable device is present; otherwise why not, in `why`. */
+bool cuda_available(char *why, size_t why_size);
+
+/* Reserve the arena (budget 0: free memory minus a margin) and upload m's weights. */
+engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **out, err_buf *e);
+void cuda_model_free(cuda_model *cm);
+
+/* Device buffers for s (s->n_ctx, s->n_batch set); captures the decode graph lazily. */
+engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf *e);
+void cuda_session_free(cuda_session *cs);
+
+/*
+ * Evaluate n tokens (n <= s->n_batch) at s->n_past and advance it. With
+ * want_logits the last token's logits are copied to s->logits; with argmax
+ * non-NULL the greedy choice is made on the device and stored there (no
+ * logits leave the device unless asked for).
+ */
+engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool want_logits, int32_t *argmax,
+                           err_buf *e);
+
+/* Device figures for the memory report. */
+void cuda_memory(const engine_session *s, engine_memory_report *r);
+
+#endif

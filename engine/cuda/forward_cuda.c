@@ -1,0 +1,196 @@
+/*
+ * forward_cuda.c: the decoder on the GPU, the same steps as forward_cpu.c.
+ *
+ * Two shapes of one pass:
+ * - a batch (prompt): matrix products through cuBLASLt on inputs in the
+ *   weight type, a tiled causal attention;
+ * - one token (decode): matrix-vector kernels that fold the RMSNorm, the
+ *   SwiGLU and the residual add into the product, flash-decoding attention,
+ *   and an argmax, all captured once into a CUDA graph and replayed per
+ *   token: the host launches one graph and waits once.
+ * Positions and token ids live in device memory (cs->step), written by one
+ * copy at the head of the step, so the graph never changes.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <string.h>
+
+#include "state.h"
+
+#define TRY(call)                        \
+    do {                                 \
+        if ((call) != 0)                 \
+            return -1;                   \
+    } while (0)
+
+static int window_of(const engine_model *m, int layer)
+{
+    const cfg_model *c = &m->cfg;
+    return m->arch->sliding_window && layer >= c->sliding_from_layer ? c->sliding_window : 0;
+}
+
+static void *layer_cache(const cuda_session *cs, const engine_session *s, void *cache, int layer)
+{
+    const cfg_model *c = &s->model->cfg;
+    const size_t per = (size_t)s->n_ctx * c->n_kv_heads * c->head_dim * k_dtype_size(cs->cm->wt);
+    return (char *)cache + (size_t)layer * per;
+}
+
+static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int layer, int n)
+{
+    const cfg_model *c = &s->model->cfg;
+    const cuda_layer *D = &cs->cm->layers[layer];
+    rope_qkv_args a = {
+        .qkv = cs->qkv, .bias = D->b_qkv, .q_norm = D->q_norm, .k_norm = D->k_norm, .eps = (float)c->rms_eps,
+        .cos = cs->rope_cos, .sin = cs->rope_sin, .q_out = cs->q,
+        .k_cache = layer_cache(cs, s, cs->k_cache, layer), .v_cache = layer_cache(cs, s, cs->v_cache, layer),
+        .kvt = cs->cm->wt, .pos0 = cs->step + STEP_POS, .n = n,
+        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+    };
+    return a;
+}
+
+/* Logits of the last row of x, and their argmax into step[STEP_ARGMAX]. */
+static int head(cuda_session *cs, const engine_session *s, int n)
+{
+    const cfg_model *c = &s->model->cfg;
+    launch_ctx *lc = &cs->lc;
+    gemv_args g = {.y = cs->logits, .w = cs->cm->lm_head, .wt = cs->cm->wt, .rows = c->vocab_size, .cols = c->dim,
+                   .in = GEMV_IN_RMSNORM, .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm,
+                   .eps = (float)c->rms_eps};
+    TRY(launch_gemv(lc, &g));
+    return launch_argmax(lc, cs->step + STEP_ARGMAX, cs->logits, c->vocab_size);
+}
+
+/* One token: every launch here is captured into the decode graph. */
+static int decode_launches(cuda_session *cs, const engine_session *s)
+{
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
+    launch_ctx *lc = &cs->lc;
+    const k_dtype wt = cs->cm->wt;
+    const int dim = c->dim, qd = c->n_heads * c->head_dim, qkvd = qd + 2 * c->n_kv_heads * c->head_dim;
+    const float eps = (float)c->rms_eps;
+
+    TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *D = &cs->cm->layers[l];
+        gemv_args qkv = {.y = cs->qkv, .w = D->wqkv, .wt = wt, .rows = qkvd, .cols = dim,
+                         .in = GEMV_IN_RMSNORM, .x = cs->x, .norm = D->attn_norm, .eps = eps};
+        TRY(launch_gemv(lc, &qkv));
+        rope_qkv_args ra = rope_args(cs, s, l, 1);
+        TRY(launch_rope_qkv(lc, &ra));
+        TRY(launch_attention_decode(lc, cs->att, K_F32, cs->q, ra.k_cache, ra.v_cache, wt, cs->step + STEP_POS,
+                                    c->n_heads, c->n_kv_heads, c->head_dim, window_of(m, l), cs->n_splits,
+                                    cs->partial));
+        gemv_args o = {.y = cs->x, .accumulate = true, .w = D->wo, .wt = wt, .rows = dim, .cols = qd,
+                       .bias = D->b_o, .in = GEMV_IN_F32, .x = cs->att};
+        TRY(launch_gemv(lc, &o));
+        gemv_args gu = {.y = cs->gu, .w = D->w_gu, .wt = wt, .rows = 2 * c->ffn_dim, .cols = dim,
+                        .bias = D->b_gu, .in = GEMV_IN_RMSNORM, .x = cs->x, .norm = D->ffn_norm, .eps = eps};
+        TRY(launch_gemv(lc, &gu));
+        gemv_args down = {.y = cs->x, .accumulate = true, .w = D->w_down, .wt = wt, .rows = dim,
+                          .cols = c->ffn_dim, .bias = D->b_down, .in = GEMV_IN_SWIGLU, .x = cs->gu};
+        TRY(launch_gemv(lc, &down));
+    }
+    return head(cs, s, 1);
+}
+
+/* A batch of n tokens at host position pos0 (prompt). */
+static int batch_launches(cuda_session *cs, const engine_session *s, int n, int pos0)
+{
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
+    launch_ctx *lc = &cs->lc;
+    const k_dtype wt = cs->cm->wt;
+    const int dim = c->dim, qd = c->n_heads * c->head_dim, qkvd = qd + 2 * c->n_kv_heads * c->head_dim;
+    const int ffn = c->ffn_dim;
+    const float eps = (float)c->rms_eps;
+
+    TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->ids, n, dim));
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *D = &cs->cm->layers[l];
+        TRY(launch_rmsnorm(lc, cs->act, wt, cs->x, D->attn_norm, n, dim, eps));
+        TRY(launch_gemm(lc, cs->qkv, false, cs->act, D->wqkv, wt, n, qkvd, dim));
+        rope_qkv_args ra = rope_args(cs, s, l, n);
+        TRY(launch_rope_qkv(lc, &ra));
+        TRY(launch_attention_prefill(lc, cs->act, wt, cs->q, ra.k_cache, ra.v_cache, wt, n, pos0, c->n_heads,
+                                     c->n_kv_heads, c->head_dim, window_of(m, l)));
+        TRY(launch_gemm(lc, cs->x, true, cs->act, D->wo, wt, n, dim, qd));
+        if (D->b_o)
+            TRY(launch_bias_add(lc, cs->x, D->b_o, n, dim));
+        TRY(launch_rmsnorm(lc, cs->act, wt, cs->x, D->ffn_norm, n, dim, eps));
+        TRY(launch_gemm(lc, cs->gu, false, cs->act, D->w_gu, wt, n, 2 * ffn, dim));
+        if (D->b_gu)
+            TRY(launch_bias_add(lc, cs->gu, D->b_gu, n, 2 * ffn));
+        TRY(launch_swiglu(lc, cs->act, wt, cs->gu, n, ffn));
+        TRY(launch_gemm(lc, cs->x, true, cs->act, D->w_down, wt, n, dim, ffn));
+        if (D->b_down)
+            TRY(launch_bias_add(lc, cs->x, D->b_down, n, dim));
+    }
+    return head(cs, s, n);
+}
+
+/* The decode graph: step ints in, the layers, argmax out. */
+static engine_status capture(cuda_session *cs, const engine_session *s, err_buf *e)
+{
+    cudaStream_t st = cs->lc.stream;
+    cudaGraph_t g = NULL;
+    cudaError_t ce = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    if (ce != cudaSuccess)
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA graph capture: %s", cudaGetErrorString(ce));
+    cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    int rc = decode_launches(cs, s);
+    cudaMemcpyAsync(cs->h_step + STEP_ARGMAX, cs->step + STEP_ARGMAX, sizeof(int32_t), cudaMemcpyDeviceToHost, st);
+    ce = cudaStreamEndCapture(st, &g);
+    if (rc != 0) {
+        if (g)
+            cudaGraphDestroy(g);
+        return cuda_launch_error(cs, e);
+    }
+    if (ce == cudaSuccess)
+        ce = cudaGraphInstantiate(&cs->graph, g, 0);
+    if (g)
+        cudaGraphDestroy(g);
+    if (ce != cudaSuccess) {
+        cs->graph = NULL;
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA graph: %s", cudaGetErrorString(ce));
+    }
+    return ENGINE_OK;
+}
+
+engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool want_logits, int32_t *argmax,
+                           err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    cudaStream_t st = cs->lc.stream;
+    cudaError_t ce;
+    cs->h_step[STEP_TOKEN] = ids[0];
+    cs->h_step[STEP_POS] = s->n_past;
+    if (n == 1) {
+        if (!cs->graph && capture(cs, s, e) != ENGINE_OK)
+            return e->code;
+        ce = cudaGraphLaunch(cs->graph, st);
+    } else {
+        memcpy(cs->h_ids, ids, (size_t)n * sizeof *ids);
+        ce = cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpyAsync(cs->ids, cs->h_ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, st);
+        if (ce == cudaSuccess && batch_launches(cs, s, n, s->n_past) != 0)
+            return cuda_launch_error(cs, e);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpyAsync(cs->h_step + STEP_ARGMAX, cs->step + STEP_ARGMAX, sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, st);
+    }
+    if (ce == cudaSuccess && want_logits)
+        ce = cudaMemcpyAsync(s->logits, cs->logits, (size_t)s->model->cfg.vocab_size * sizeof(float),
+                             cudaMemcpyDeviceToHost, st);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(st);
+    if (ce != cudaSuccess)
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+    s->n_past += n;
+    if (argmax)
+        *argmax = cs->h_step[STEP_ARGMAX];
+    return ENGINE_OK;
+}

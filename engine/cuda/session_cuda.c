@@ -1,0 +1,160 @@
+/*
+ * session_cuda.c: a session's device memory, planned once: the KV cache in
+ * one arena region and every activation buffer, the RoPE tables, the
+ * attention scratch and the cuBLASLt workspace in another. Nothing is
+ * allocated per token, which is also what lets one decode step be captured
+ * as a CUDA graph and replayed.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "state.h"
+
+#define ALIGN 256
+#define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's recommendation for Hopper */
+
+static void *carve(char *base, uint64_t *off, uint64_t n)
+{
+    uint64_t at = (*off + ALIGN - 1) / ALIGN * ALIGN;
+    *off = at + n;
+    return base ? base + at : NULL;
+}
+
+/* Lay out the activation region; base NULL only sizes. */
+static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
+{
+    const cfg_model *c = &s->model->cfg;
+    const uint64_t nb = (uint64_t)s->n_batch, ctx = (uint64_t)s->n_ctx, ws = k_dtype_size(cs->cm->wt);
+    const uint64_t qd = (uint64_t)c->n_heads * c->head_dim, kvd = (uint64_t)c->n_kv_heads * c->head_dim;
+    uint64_t widest = (uint64_t)c->dim;
+    if (qd > widest)
+        widest = qd;
+    if ((uint64_t)c->ffn_dim > widest)
+        widest = (uint64_t)c->ffn_dim;
+    uint64_t off = 0;
+    cs->lc.workspace = carve(base, &off, WORKSPACE_BYTES);
+    cs->x = carve(base, &off, nb * c->dim * sizeof(float));
+    cs->act = carve(base, &off, nb * widest * ws);
+    cs->qkv = carve(base, &off, nb * (qd + 2 * kvd) * sizeof(float));
+    cs->q = carve(base, &off, nb * qd * sizeof(float));
+    cs->att = carve(base, &off, qd * sizeof(float));
+    cs->gu = carve(base, &off, nb * 2 * (uint64_t)c->ffn_dim * sizeof(float));
+    cs->logits = carve(base, &off, (uint64_t)c->vocab_size * sizeof(float));
+    cs->rope_cos = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float));
+    cs->rope_sin = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float));
+    cs->partial =
+        carve(base, &off, launch_attention_decode_scratch(c->n_heads, c->head_dim, cs->n_splits) * sizeof(float));
+    cs->ids = carve(base, &off, nb * sizeof(int32_t));
+    cs->step = carve(base, &off, STEP_INTS * sizeof(int32_t));
+    return off;
+}
+
+engine_status cuda_launch_error(cuda_session *cs, err_buf *e)
+{
+    return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cs->lc.err);
+}
+
+engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf *e)
+{
+    *out = NULL;
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
+    cuda_session *cs = calloc(1, sizeof *cs);
+    if (!cs)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    cs->cm = m->cuda;
+    cs->lc.n_sms = cs->cm->n_sms;
+    cs->lc.workspace_bytes = WORKSPACE_BYTES;
+    /* Enough splits of the KV length to give every multiprocessor two
+     * blocks in decode attention, never splits of under 64 positions. */
+    int splits = 2 * cs->lc.n_sms / c->n_heads;
+    if (splits > s->n_ctx / 64)
+        splits = s->n_ctx / 64;
+    cs->n_splits = splits < 1 ? 1 : splits > 32 ? 32 : splits;
+
+    engine_status st = ENGINE_OK;
+    const uint64_t kvd = (uint64_t)c->n_kv_heads * c->head_dim;
+    const uint64_t one = (uint64_t)c->n_layers * s->n_ctx * kvd * k_dtype_size(cs->cm->wt);
+    cs->kv_bytes = 2 * one;
+    cs->act_bytes = layout(cs, s, NULL);
+    st = arena_alloc(cs->cm->arena, cs->kv_bytes, ARENA_KV_CACHE, "the KV cache", &cs->kv, e);
+    if (!st)
+        st = arena_alloc(cs->cm->arena, cs->act_bytes, ARENA_ACTIVATIONS, "the activation buffers", &cs->act_region,
+                         e);
+    if (st) {
+        cuda_session_free(cs);
+        return st;
+    }
+    cs->k_cache = cs->kv;
+    cs->v_cache = (char *)cs->kv + one;
+    layout(cs, s, cs->act_region);
+
+    cudaError_t ce = cudaStreamCreateWithFlags(&cs->lc.stream, cudaStreamNonBlocking);
+    if (ce == cudaSuccess)
+        ce = cudaMallocHost((void **)&cs->h_ids, (size_t)s->n_batch * sizeof(int32_t));
+    if (ce == cudaSuccess)
+        ce = cudaMallocHost((void **)&cs->h_step, STEP_INTS * sizeof(int32_t));
+    if (ce != cudaSuccess) {
+        cuda_session_free(cs);
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA session: %s", cudaGetErrorString(ce));
+    }
+    if (launch_gemm_create(&cs->lc) != 0) {
+        st = cuda_launch_error(cs, e);
+        cuda_session_free(cs);
+        return st;
+    }
+    /* RoPE tables are computed on the host exactly as the CPU backend does. */
+    const size_t half = (size_t)c->head_dim / 2, tab = (size_t)s->n_ctx * half;
+    float *host = malloc(2 * tab * sizeof(float));
+    if (!host) {
+        cuda_session_free(cs);
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    rope_tables(c, s->n_ctx, host, host + tab);
+    ce = cudaMemcpy(cs->rope_cos, host, tab * sizeof(float), cudaMemcpyHostToDevice);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpy(cs->rope_sin, host + tab, tab * sizeof(float), cudaMemcpyHostToDevice);
+    free(host);
+    if (ce != cudaSuccess) {
+        cuda_session_free(cs);
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA session: %s", cudaGetErrorString(ce));
+    }
+    *out = cs;
+    return ENGINE_OK;
+}
+
+void cuda_session_free(cuda_session *cs)
+{
+    if (!cs)
+        return;
+    if (cs->lc.stream)
+        cudaStreamSynchronize(cs->lc.stream);
+    if (cs->graph)
+        cudaGraphExecDestroy(cs->graph);
+    launch_gemm_destroy(&cs->lc);
+    if (cs->lc.stream)
+        cudaStreamDestroy(cs->lc.stream);
+    if (cs->h_ids)
+        cudaFreeHost(cs->h_ids);
+    if (cs->h_step)
+        cudaFreeHost(cs->h_step);
+    arena_free(cs->cm->arena, cs->act_region);
+    arena_free(cs->cm->arena, cs->kv);
+    free(cs);
+}
+
+void cuda_memory(const engine_session *s, engine_memory_report *r)
+{
+    arena_stats as;
+    arena_get_stats(s->model->cuda->arena, &as);
+    r->kv_cache = s->cuda->kv_bytes;
+    r->activations = s->cuda->act_bytes;
+    r->weights_owned = s->model->cuda->weight_bytes;
+    r->device_total = as.in_use;
+    r->device_reserved = as.reserved;
+    r->device_mapped = as.mapped;
+    r->device_peak = as.peak_mapped;
+    r->device_budget = as.budget;
+}

@@ -1,0 +1,80 @@
+/*
+ * state.h: the device-side state of a model and of a session, shared by
+ * the CUDA backend's files (upload, session, forward pass).
+ */
+#ifndef ENGINE_CUDA_STATE_H
+#define ENGINE_CUDA_STATE_H
+
+#include <cuda_runtime_api.h>
+
+#include "../../kernels/kernels_cuda.h"
+#include "arena.h"
+#include "backend.h"
+
+/*
+ * One layer on the device. q/k/v are stacked into one matrix and gate/up
+ * into another, so decode reads each with one launch; norm weights and
+ * biases are fp32.
+ */
+typedef struct cuda_layer {
+    void *wqkv;       /* [(nh + 2*nkv) * hd, dim] wt: q rows, k rows, v rows */
+    void *wo;         /* [dim, nh*hd] wt                                     */
+    void *w_gu;       /* [2*ffn, dim] wt: gate rows, then up rows            */
+    void *w_down;     /* [dim, ffn] wt                                       */
+    float *attn_norm; /* [dim]                                               */
+    float *ffn_norm;  /* [dim]                                               */
+    float *q_norm;    /* [hd] or NULL                                        */
+    float *k_norm;    /* [hd] or NULL                                        */
+    float *b_qkv;     /* [(nh + 2*nkv) * hd] or NULL                         */
+    float *b_o;       /* [dim] or NULL                                       */
+    float *b_gu;      /* [2*ffn] or NULL                                     */
+    float *b_down;    /* [dim] or NULL                                       */
+} cuda_layer;
+
+struct cuda_model {
+    arena *arena;
+    int device;
+    int n_sms;
+    k_dtype wt;         /* the type of every matrix on the device          */
+    void *weights;      /* the one arena region all of the below live in   */
+    uint64_t weight_bytes;
+    void *tok_emb;      /* [vocab, dim] wt                                 */
+    void *lm_head;      /* [vocab, dim] wt; tok_emb when tied              */
+    float *out_norm;    /* [dim]                                           */
+    cuda_layer *layers; /* [n_layers], host array of device pointers       */
+    double upload_seconds;
+};
+
+/* Device ints a decode step reads and writes; one copy in, one copy out. */
+enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_INTS = 4 };
+
+struct cuda_session {
+    cuda_model *cm;
+    launch_ctx lc;        /* stream, cuBLASLt handle, workspace          */
+    void *kv;             /* arena region: k_cache and v_cache           */
+    void *act_region;     /* arena region: everything below but the KV   */
+    void *k_cache;        /* [n_layers, n_ctx, nkv*hd] wt                */
+    void *v_cache;        /* [n_layers, n_ctx, nkv*hd] wt                */
+    float *x;             /* [n_batch, dim] residual stream              */
+    void *act;            /* [n_batch, max(dim, nh*hd, ffn)] wt: matrix-product inputs */
+    float *qkv;           /* [n_batch, (nh + 2*nkv) * hd]                */
+    float *q;             /* [n_batch, nh*hd]                            */
+    float *att;           /* [nh*hd] decode attention output             */
+    float *gu;            /* [n_batch, 2*ffn]                            */
+    float *logits;        /* [vocab]                                     */
+    float *rope_cos;      /* [n_ctx, hd/2]                               */
+    float *rope_sin;      /* [n_ctx, hd/2]                               */
+    float *partial;       /* decode attention split results              */
+    int32_t *ids;         /* [n_batch]                                   */
+    int32_t *step;        /* [STEP_INTS]                                 */
+    int32_t *h_ids;       /* pinned host [n_batch]                       */
+    int32_t *h_step;      /* pinned host [STEP_INTS]                     */
+    int n_splits;         /* decode attention splits                     */
+    cudaGraphExec_t graph;/* one decode step; NULL until first used       */
+    uint64_t kv_bytes, act_bytes;
+};
+
+/* engine_status for a failed launcher, naming the op (the message is in lc.err). */
+engine_status cuda_launch_error(cuda_session *cs, err_buf *e);
+
+#endif
