@@ -8,113 +8,187 @@
  * round trip through memory), then each warp walks its rows with 16-byte
  * loads, several in flight per lane, and reduces with shuffles.
  */
+#include <string.h>
+
 #include "common.cuh"
 
 #define GEMV_THREADS 256
-#define GEMV_ROWS 2   /* rows a warp works on together      */
-#define GEMV_UNROLL 4 /* 16-byte loads in flight per row    */
+#ifndef GEMV_ROWS
+#define GEMV_ROWS 1   /* rows a warp works on together (1 measured best on H100) */
+#endif
+#ifndef GEMV_UNROLL
+#define GEMV_UNROLL 8 /* 16-byte loads per lane per step */
+#endif
+#ifndef GEMV_PDL
+#define GEMV_PDL 1 /* programmatic dependent launch (sm_90): overlap kernel boundaries */
+#endif
 
-/* The input vector in fp32, built once per block into xs[cols]. */
+/*
+ * The input vector in fp32, built once per block into xs[cols]. Loads are
+ * 16 bytes wide and unrolled so that many are in flight: a block waits for
+ * this before its first product, and a loop of dependent round trips to L2
+ * here once cost more than streaming the weights.
+ */
 template <int IN>
 __device__ void stage_input(float *xs, const float *x, const float *norm, int cols, float eps)
 {
-    if (IN == GEMV_IN_RMSNORM) {
-        float ss = 0.0f;
-        for (int j = threadIdx.x; j < cols; j += blockDim.x)
-            ss += x[j] * x[j];
-        ss = block_sum(ss);
-        const float inv = rsqrtf(ss / cols + eps);
-        for (int j = threadIdx.x; j < cols; j += blockDim.x)
-            xs[j] = x[j] * inv * norm[j];
-    } else if (IN == GEMV_IN_SWIGLU) {
-        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-            const float g = x[j];
-            xs[j] = g / (1.0f + expf(-g)) * x[cols + j];
+    const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && (IN != GEMV_IN_RMSNORM || (uintptr_t)norm % 16 == 0);
+    float ss = 0.0f;
+    if (vec) {
+        const int n4 = cols / 4;
+        const float4 *x4 = reinterpret_cast<const float4 *>(x);
+        float4 *xs4 = reinterpret_cast<float4 *>(xs);
+#pragma unroll 4
+        for (int j = threadIdx.x; j < n4; j += blockDim.x) {
+            float4 v = x4[j];
+            if (IN == GEMV_IN_SWIGLU) {
+                const float4 u = x4[n4 + j];
+                v.x = v.x / (1.0f + __expf(-v.x)) * u.x;
+                v.y = v.y / (1.0f + __expf(-v.y)) * u.y;
+                v.z = v.z / (1.0f + __expf(-v.z)) * u.z;
+                v.w = v.w / (1.0f + __expf(-v.w)) * u.w;
+            } else if (IN == GEMV_IN_RMSNORM) {
+                /* The norm weight goes in now; the 1/rms factor once it is known. */
+                const float4 g = reinterpret_cast<const float4 *>(norm)[j];
+                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+                v.x *= g.x;
+                v.y *= g.y;
+                v.z *= g.z;
+                v.w *= g.w;
+            }
+            xs4[j] = v;
         }
     } else {
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+            float v = x[j];
+            if (IN == GEMV_IN_SWIGLU) {
+                v = v / (1.0f + __expf(-v)) * x[cols + j];
+            } else if (IN == GEMV_IN_RMSNORM) {
+                ss += v * v;
+                v *= norm[j];
+            }
+            xs[j] = v;
+        }
+    }
+    if (IN == GEMV_IN_RMSNORM) {
+        ss = block_sum(ss); /* its barriers also make xs visible */
+        const float inv = rsqrtf(ss / cols + eps);
         for (int j = threadIdx.x; j < cols; j += blockDim.x)
-            xs[j] = x[j];
+            xs[j] *= inv;
     }
     __syncthreads();
 }
 
-/* Dot of VEC weights (one 16-byte load, or one element) with xs[j..]. */
-template <typename T, int VEC>
-__device__ __forceinline__ float dot_chunk(const uint4 &raw, const T *scalar, const float *xs)
-{
-    float s = 0.0f;
-    if (VEC == 1) {
-        s = to_f32(*scalar) * xs[0];
-    } else {
-        const T *w = reinterpret_cast<const T *>(&raw);
+/*
+ * One unit of loading: 16 bytes of a row (VEC elements) when rows are
+ * 16-byte aligned, else a single element.
+ */
+template <typename T, int VEC> struct chunk {
+    uint4 v;
+    __device__ __forceinline__ void load(const T *row, int c) { v = __ldg(reinterpret_cast<const uint4 *>(row) + c); }
+    __device__ __forceinline__ float dot(const float *xs) const
+    {
+        const T *w = reinterpret_cast<const T *>(&v);
+        float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < VEC; i++)
             s += to_f32(w[i]) * xs[i];
+        return s;
     }
-    return s;
-}
+};
+template <typename T> struct chunk<T, 1> {
+    T v;
+    __device__ __forceinline__ void load(const T *row, int c) { v = row[c]; }
+    __device__ __forceinline__ float dot(const float *xs) const { return to_f32(v) * xs[0]; }
+};
 
 /*
- * VEC = 16 / sizeof(T) when every row starts 16-byte aligned, else 1.
- * Lane l of a warp takes chunks l, l+32, ... of its rows.
+ * Each warp owns row groups r0, r0 + stride, ... (GEMV_ROWS rows each) and
+ * walks them in steps of GEMV_UNROLL chunks per lane. The loads of the next
+ * step are issued before the current one is summed, across row groups too,
+ * and the first step's loads go out before the input is staged: a warp
+ * never waits on memory with nothing in flight.
  */
 template <typename T, int VEC, int IN>
 __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
     extern __shared__ float xs[];
-    stage_input<IN>(xs, a.x, a.norm, a.cols, a.eps);
-
+    typedef chunk<T, VEC> C;
     const int lane = threadIdx.x & 31;
     const int warps_per_block = GEMV_THREADS / 32;
     const int warp = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
-    const int n_warps = gridDim.x * warps_per_block;
+    const int stride = gridDim.x * warps_per_block * GEMV_ROWS;
     const int chunks = a.cols / VEC;
+    const int per_step = 32 * GEMV_UNROLL;
+    const int steps = (chunks + per_step - 1) / per_step; /* per row group */
+    const int first = warp * GEMV_ROWS;
+    const int groups = first < a.rows ? (a.rows - 1 - first) / stride + 1 : 0;
+    const int total = groups * steps;
     const T *W = static_cast<const T *>(a.w);
 
-    for (int r0 = warp * GEMV_ROWS; r0 < a.rows; r0 += n_warps * GEMV_ROWS) {
-        float acc[GEMV_ROWS];
-        const T *row[GEMV_ROWS];
+    C cur[GEMV_ROWS][GEMV_UNROLL], nxt[GEMV_ROWS][GEMV_UNROLL];
+    /* Load step k (row group k / steps, step k % steps) into buf. */
+    auto load = [&](C (&buf)[GEMV_ROWS][GEMV_UNROLL], int group, int step) {
+        const int r0 = first + group * stride;
 #pragma unroll
         for (int r = 0; r < GEMV_ROWS; r++) {
-            acc[r] = 0.0f;
-            /* A missing last row re-reads row r0 and is dropped below. */
-            row[r] = W + (size_t)(r0 + r < a.rows ? r0 + r : r0) * a.cols;
+            /* A row past the end re-reads the group's first row; its sum is dropped. */
+            const T *row = W + (size_t)(r0 + r < a.rows ? r0 + r : r0) * a.cols;
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                const int c = step * per_step + 32 * u + lane;
+                if (c < chunks)
+                    buf[r][u].load(row, c);
+            }
         }
-        int c = lane;
-        for (; c + 32 * (GEMV_UNROLL - 1) < chunks; c += 32 * GEMV_UNROLL) {
-            uint4 raw[GEMV_ROWS][GEMV_UNROLL];
+    };
+    if (total > 0)
+        load(cur, 0, 0);
+    /* Launched as a programmatic dependent of the previous kernel: the
+     * weight loads above overlap its tail; its outputs (our input) are
+     * read only after this wait. */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    stage_input<IN>(xs, a.x, a.norm, a.cols, a.eps);
+
+    float acc[GEMV_ROWS];
 #pragma unroll
-            for (int r = 0; r < GEMV_ROWS; r++)
+    for (int r = 0; r < GEMV_ROWS; r++)
+        acc[r] = 0.0f;
+    int group = 0, step = 0;
+    for (int k = 0; k < total; k++) {
+        const int ng = step + 1 == steps ? group + 1 : group, ns = step + 1 == steps ? 0 : step + 1;
+        if (k + 1 < total)
+            load(nxt, ng, ns);
+        else /* the last step: the next kernel may start loading its weights */
+            asm volatile("griddepcontrol.launch_dependents;");
 #pragma unroll
-                for (int u = 0; u < GEMV_UNROLL; u++)
-                    if (VEC > 1)
-                        raw[r][u] = __ldg(reinterpret_cast<const uint4 *>(row[r]) + c + 32 * u);
+        for (int r = 0; r < GEMV_ROWS; r++)
 #pragma unroll
-            for (int r = 0; r < GEMV_ROWS; r++)
-#pragma unroll
-                for (int u = 0; u < GEMV_UNROLL; u++) {
-                    const int j = (c + 32 * u) * VEC;
-                    acc[r] += dot_chunk<T, VEC>(raw[r][u], row[r] + j, xs + j);
-                }
-        }
-        for (; c < chunks; c += 32) {
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                const int c = step * per_step + 32 * u + lane;
+                if (c < chunks)
+                    acc[r] += cur[r][u].dot(xs + c * VEC);
+            }
+        if (ns == 0) { /* the row group is done */
+            const int r0 = first + group * stride;
 #pragma unroll
             for (int r = 0; r < GEMV_ROWS; r++) {
-                uint4 raw = make_uint4(0, 0, 0, 0);
-                if (VEC > 1)
-                    raw = __ldg(reinterpret_cast<const uint4 *>(row[r]) + c);
-                acc[r] += dot_chunk<T, VEC>(raw, row[r] + c * VEC, xs + c * VEC);
+                const float sum = warp_sum(acc[r]);
+                acc[r] = 0.0f;
+                const int i = r0 + r;
+                if (lane == 0 && i < a.rows) {
+                    const float v = sum + (a.bias ? a.bias[i] : 0.0f);
+                    a.y[i] = a.accumulate ? a.y[i] + v : v;
+                }
             }
         }
 #pragma unroll
-        for (int r = 0; r < GEMV_ROWS; r++) {
-            const float s = warp_sum(acc[r]);
-            const int i = r0 + r;
-            if (lane == 0 && i < a.rows) {
-                float v = s + (a.bias ? a.bias[i] : 0.0f);
-                a.y[i] = a.accumulate ? a.y[i] + v : v;
-            }
-        }
+        for (int r = 0; r < GEMV_ROWS; r++)
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++)
+                cur[r][u] = nxt[r][u];
+        group = ng;
+        step = ns;
     }
 }
 
@@ -131,11 +205,26 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     if (per_sm < 1)
         return launch_fail(c, "gemv: %d columns do not fit one block's shared memory", a->cols);
     /* Enough blocks to fill the chip, no more: each block pays for staging x. */
+    /* One wave at most: blocks loop over row groups instead of queueing. */
     const long needed = ceil_div(a->rows, (GEMV_THREADS / 32) * GEMV_ROWS);
-    long blocks = (long)c->n_sms * (per_sm < 2 ? per_sm : 2);
+    long blocks = (long)c->n_sms * per_sm;
     if (blocks > needed)
         blocks = needed;
-    kern<<<(unsigned)blocks, GEMV_THREADS, smem, c->stream>>>(*a);
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((unsigned)blocks);
+    cfg.blockDim = dim3(GEMV_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = GEMV_PDL;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, *a);
+    if (e != cudaSuccess)
+        return launch_fail(c, "gemv: %s", cudaGetErrorString(e));
     return launch_check(c, "gemv");
 }
 
