@@ -187,6 +187,15 @@ static void test_fixture(const char *name)
     engine_model_info info;
     engine_model_get_info(m, &info);
     CHECK_MSG(strcmp(info.architecture, json_string_value(json_object_get(ref, "architecture"))) == 0, "%s", name);
+    if (test_device() == ENGINE_DEVICE_CUDA && strcmp(info.weight_dtype, "f32") != 0) {
+        /* The GPU computes bf16/f16 checkpoints with activations in the weight
+         * type, which the 1e-4 bound does not allow; test_parity_cuda checks
+         * them against the CPU backend instead (top-1 agreement). */
+        printf("test_model: %s (%s) on CUDA: checked by test_parity_cuda\n", name, info.weight_dtype);
+        json_decref(ref);
+        engine_model_free(m);
+        return;
+    }
     int32_t prompt[64], gen[64];
     size_t np = json_ids(json_object_get(ref, "prompt_ids"), prompt, 64);
     size_t ng = json_ids(json_object_get(ref, "greedy_ids"), gen, 64);
@@ -248,7 +257,10 @@ static void test_session_limits(void)
     engine_memory_report r;
     CHECK(engine_session_memory(s, &r) == ENGINE_OK);
     CHECK(r.kv_cache == 2ull * 5 * 8 * 4 * 8 * sizeof(float)); /* layers x ctx x kv heads x head_dim */
-    CHECK(r.weights_mapped > 0 && r.host_total >= r.kv_cache);
+    if (test_device() == ENGINE_DEVICE_CUDA)
+        CHECK(r.weights_mapped > 0 && r.device_total >= r.kv_cache && r.device_mapped <= r.device_budget);
+    else
+        CHECK(r.weights_mapped > 0 && r.host_total >= r.kv_cache);
     engine_session_free(s);
     engine_session_free(s2);
     engine_session_free(NULL);

@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -32,7 +32,7 @@ static int window_of(const engine_model *m, int layer)
 static void *layer_cache(const cuda_session *cs, const engine_session *s, void *cache, int layer)
 {
     const cfg_model *c = &s->model->cfg;
-    const size_t per = (size_t)s->n_ctx * c->n_kv_heads * c->head_dim * k_dtype_size(cs->cm->wt);
+    const size_t per = (size_t)s->n_ctx * c->n_kv_heads * c->head_dim * k_dtype_size(cs->kvt);
     return (char *)cache + (size_t)layer * per;
 }
 
@@ -44,7 +44,7 @@ static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int la
         .qkv = cs->qkv, .bias = D->b_qkv, .q_norm = D->q_norm, .k_norm = D->k_norm, .eps = (float)c->rms_eps,
         .cos = cs->rope_cos, .sin = cs->rope_sin, .q_out = cs->q,
         .k_cache = layer_cache(cs, s, cs->k_cache, layer), .v_cache = layer_cache(cs, s, cs->v_cache, layer),
-        .kvt = cs->cm->wt, .pos0 = cs->step + STEP_POS, .n = n,
+        .kvt = cs->kvt, .pos0 = cs->step + STEP_POS, .n = n,
         .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
     };
     return a;
@@ -80,7 +80,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
         TRY(launch_gemv(lc, &qkv));
         rope_qkv_args ra = rope_args(cs, s, l, 1);
         TRY(launch_rope_qkv(lc, &ra));
-        TRY(launch_attention_decode(lc, cs->att, K_F32, cs->q, ra.k_cache, ra.v_cache, wt, cs->step + STEP_POS,
+        TRY(launch_attention_decode(lc, cs->att, K_F32, cs->q, ra.k_cache, ra.v_cache, cs->kvt, cs->step + STEP_POS,
                                     c->n_heads, c->n_kv_heads, c->head_dim, window_of(m, l), cs->n_splits,
                                     cs->partial));
         gemv_args o = {.y = cs->x, .accumulate = true, .w = D->wo, .wt = wt, .rows = dim, .cols = qd,
@@ -114,7 +114,7 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
         TRY(launch_gemm(lc, cs->qkv, false, cs->act, D->wqkv, wt, n, qkvd, dim));
         rope_qkv_args ra = rope_args(cs, s, l, n);
         TRY(launch_rope_qkv(lc, &ra));
-        TRY(launch_attention_prefill(lc, cs->act, wt, cs->q, ra.k_cache, ra.v_cache, wt, n, pos0, c->n_heads,
+        TRY(launch_attention_prefill(lc, cs->act, wt, cs->q, ra.k_cache, ra.v_cache, cs->kvt, n, pos0, c->n_heads,
                                      c->n_kv_heads, c->head_dim, window_of(m, l)));
         TRY(launch_gemm(lc, cs->x, true, cs->act, D->wo, wt, n, dim, qd));
         if (D->b_o)

@@ -76,7 +76,10 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
 
     engine_status st = ENGINE_OK;
     const uint64_t kvd = (uint64_t)c->n_kv_heads * c->head_dim;
-    const uint64_t one = (uint64_t)c->n_layers * s->n_ctx * kvd * k_dtype_size(cs->cm->wt);
+    /* fp16 holds K and V with 8x less rounding than bf16 (10 mantissa bits
+     * against 7) in the same bytes; their range is far inside fp16's. */
+    cs->kvt = cs->cm->wt == K_F32 ? K_F32 : K_F16;
+    const uint64_t one = (uint64_t)c->n_layers * s->n_ctx * kvd * k_dtype_size(cs->kvt);
     cs->kv_bytes = 2 * one;
     cs->act_bytes = layout(cs, s, NULL);
     st = arena_alloc(cs->cm->arena, cs->kv_bytes, ARENA_KV_CACHE, "the KV cache", &cs->kv, e);

@@ -53,8 +53,9 @@ struct cuda_session {
     launch_ctx lc;        /* stream, cuBLASLt handle, workspace          */
     void *kv;             /* arena region: k_cache and v_cache           */
     void *act_region;     /* arena region: everything below but the KV   */
-    void *k_cache;        /* [n_layers, n_ctx, nkv*hd] wt                */
-    void *v_cache;        /* [n_layers, n_ctx, nkv*hd] wt                */
+    k_dtype kvt;          /* KV cache type: f16, or f32 for f32 models   */
+    void *k_cache;        /* [n_layers, n_ctx, nkv*hd] kvt               */
+    void *v_cache;        /* [n_layers, n_ctx, nkv*hd] kvt               */
     float *x;             /* [n_batch, dim] residual stream              */
     void *act;            /* [n_batch, max(dim, nh*hd, ffn)] wt: matrix-product inputs */
     float *qkv;           /* [n_batch, (nh + 2*nkv) * hd]                */

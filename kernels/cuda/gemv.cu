@@ -8,8 +8,6 @@
  * round trip through memory), then each warp walks its rows with 16-byte
  * loads, several in flight per lane, and reduces with shuffles.
  */
-#include <string.h>
-
 #include "common.cuh"
 
 #define GEMV_THREADS 256
@@ -210,14 +208,12 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     long blocks = (long)c->n_sms * per_sm;
     if (blocks > needed)
         blocks = needed;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
+    cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)blocks);
     cfg.blockDim = dim3(GEMV_THREADS);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = c->stream;
-    cudaLaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
+    cudaLaunchAttribute attr = {};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = GEMV_PDL;
     cfg.attrs = &attr;

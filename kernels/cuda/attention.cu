@@ -1,0 +1,258 @@
+/*
+ * attention.cu: causal grouped-query attention against the KV cache, for a
+ * prompt batch (prefill) and for one token (decode), with one kernel.
+ *
+ * A block takes up to 16 queries of one head and walks its keys in tiles of
+ * 32 staged in shared memory (fp32), with an online softmax: the score
+ * matrix never exists in memory. Within a warp, lane j scores key j of the
+ * tile for the warp's 4 queries at once (each K element read from shared
+ * memory serves 4 products), then each lane accumulates its own slice of
+ * the head's dimensions over the tile's 32 weights.
+ *
+ * Decode has one query, so its parallelism comes from splitting the keys
+ * (flash-decoding): grid.z blocks each take an equal share of the positions
+ * and write their running max, sum and unnormalised output; a second kernel
+ * combines them. The position is read from device memory so the decode
+ * graph can be replayed at every position.
+ */
+#include "common.cuh"
+
+#define ATT_BQ 16  /* queries per block (4 per warp, 4 warps) */
+#define ATT_BK 32  /* keys per tile                           */
+
+template <typename T, int E> /* E: dimensions per lane, head_dim <= 32 * E */
+__global__ void k_attention(void *out, k_dtype ot, float *partial, const float *q, const T *kc, const T *vc,
+                            const int *pos_dev, int pos0, int n, int nh, int nkv, int hd, int window)
+{
+    extern __shared__ float sm[];
+    float *Qs = sm;                          /* [hd][ATT_BQ], scaled       */
+    float *Ks = Qs + hd * ATT_BQ;            /* [ATT_BK][hd + 1] (padded)  */
+    float *Vs = Ks + ATT_BK * (hd + 1);      /* [ATT_BK][hd]               */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nthreads = blockDim.x;
+    const int tq0 = blockIdx.x * ATT_BQ, h = blockIdx.y, kvh = h / (nh / nkv);
+    const int kvd = nkv * hd;
+    if (pos_dev)
+        pos0 = *pos_dev;
+    const float scale = rsqrtf((float)hd);
+
+    for (int i = threadIdx.x; i < ATT_BQ * hd; i += nthreads) {
+        const int qi = i / hd, d = i - qi * hd, t = tq0 + qi;
+        Qs[d * ATT_BQ + qi] = t < n ? q[((size_t)t * nh + h) * hd + d] * scale : 0.0f;
+    }
+    /* Keys this block needs: from the first query's window start to the last query. */
+    const int last_t = min(tq0 + ATT_BQ, n) - 1;
+    const int hi = pos0 + last_t;
+    int lo = window > 0 ? max(0, pos0 + tq0 - window + 1) : 0;
+    int end = hi + 1;
+    if (gridDim.z > 1) { /* decode split: an equal share of [lo, hi] */
+        const int len = hi + 1 - lo, share = (len + gridDim.z - 1) / gridDim.z;
+        const int a = lo + blockIdx.z * share;
+        end = min(a + share, hi + 1);
+        lo = a;
+    }
+
+    float m[4], l[4], acc[4][E];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            acc[i][e] = 0.0f;
+    }
+    int qpos[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        qpos[i] = tq0 + warp * 4 + i < n ? pos0 + tq0 + warp * 4 + i : -1;
+
+    for (int k0 = lo; k0 < end; k0 += ATT_BK) {
+        __syncthreads(); /* the previous tile is no longer read */
+        for (int i = threadIdx.x; i < ATT_BK * hd; i += nthreads) {
+            const int j = i / hd, d = i - j * hd, key = k0 + j;
+            const bool ok = key < end;
+            const size_t at = (size_t)key * kvd + (size_t)kvh * hd + d;
+            Ks[j * (hd + 1) + d] = ok ? to_f32(kc[at]) : 0.0f;
+            Vs[j * hd + d] = ok ? to_f32(vc[at]) : 0.0f;
+        }
+        __syncthreads();
+        if (qpos[0] < 0)
+            continue; /* this warp has no queries */
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const float *kr = Ks + lane * (hd + 1);
+        const float4 *q4 = reinterpret_cast<const float4 *>(Qs) + warp; /* 4 queries of this warp */
+        for (int d = 0; d < hd; d++) {
+            const float kd = kr[d];
+            const float4 qv = q4[d * (ATT_BQ / 4)];
+            s[0] += qv.x * kd;
+            s[1] += qv.y * kd;
+            s[2] += qv.z * kd;
+            s[3] += qv.w * kd;
+        }
+        const int key = k0 + lane;
+        float p[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const bool valid = qpos[i] >= 0 && key < end && key <= qpos[i] && (window <= 0 || key > qpos[i] - window);
+            const float si = valid ? s[i] : -INFINITY;
+            const float mt = warp_max(si);
+            const float mn = fmaxf(m[i], mt);
+            if (mn == -INFINITY) { /* nothing visible yet for this query */
+                p[i] = 0.0f;
+                continue;
+            }
+            p[i] = valid ? expf(si - mn) : 0.0f;
+            const float corr = expf(m[i] - mn);
+            l[i] = l[i] * corr + warp_sum(p[i]);
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                acc[i][e] *= corr;
+            m[i] = mn;
+        }
+        for (int j = 0; j < ATT_BK; j++) {
+            float v[E];
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                const int d = lane * E + e;
+                v[e] = d < hd ? Vs[j * hd + d] : 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float pj = __shfl_sync(0xffffffffu, p[i], j);
+#pragma unroll
+                for (int e = 0; e < E; e++)
+                    acc[i][e] += pj * v[e];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int t = tq0 + warp * 4 + i;
+        if (t >= n)
+            continue;
+        if (gridDim.z > 1) { /* partial [nh][splits][hd + 2]: out, then max and sum */
+            float *pp = partial + ((size_t)h * gridDim.z + blockIdx.z) * (hd + 2);
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                if (lane * E + e < hd)
+                    pp[lane * E + e] = acc[i][e];
+            if (lane == 0) {
+                pp[hd] = m[i];
+                pp[hd + 1] = l[i];
+            }
+            continue;
+        }
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        const size_t o = ((size_t)t * nh + h) * hd;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int d = lane * E + e;
+            if (d >= hd)
+                continue;
+            const float r = acc[i][e] * inv;
+            if (ot == K_F32)
+                static_cast<float *>(out)[o + d] = r;
+            else if (ot == K_F16)
+                static_cast<__half *>(out)[o + d] = __float2half_rn(r);
+            else
+                static_cast<__nv_bfloat16 *>(out)[o + d] = __float2bfloat16_rn(r);
+        }
+    }
+}
+
+/* Merge the splits of each head: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s. */
+template <typename O>
+__global__ void k_attention_combine(O *out, const float *partial, int splits, int hd)
+{
+    const int h = blockIdx.x;
+    const float *pp = partial + (size_t)h * splits * (hd + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; s++)
+        mx = fmaxf(mx, pp[s * (hd + 2) + hd]);
+    float den = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        const float ms = pp[s * (hd + 2) + hd];
+        if (ms > -INFINITY)
+            den += expf(ms - mx) * pp[s * (hd + 2) + hd + 1];
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float num = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            const float ms = pp[s * (hd + 2) + hd];
+            if (ms > -INFINITY)
+                num += expf(ms - mx) * pp[s * (hd + 2) + d];
+        }
+        out[(size_t)h * hd + d] = from_f32<O>(den > 0.0f ? num / den : 0.0f);
+    }
+}
+
+template <typename T>
+static int run(launch_ctx *c, void *out, k_dtype ot, float *partial, const float *q, const void *kc, const void *vc,
+               const int *pos_dev, int pos0, int n, int nh, int nkv, int hd, int window, int splits)
+{
+    const size_t smem = ((size_t)hd * ATT_BQ + ATT_BK * (hd + 1) + ATT_BK * hd) * sizeof(float);
+    const dim3 grid(ceil_div(n, ATT_BQ), (unsigned)nh, (unsigned)splits);
+    /* Decode has one query: one warp per block is enough. */
+    const int threads = n == 1 ? 32 : 128;
+    const T *k = static_cast<const T *>(kc), *v = static_cast<const T *>(vc);
+    const int e = (hd + 31) / 32;
+#define ATT_LAUNCH(EV)                                                                                        \
+    do {                                                                                                      \
+        auto kern = k_attention<T, EV>;                                                                       \
+        if (smem > 48 * 1024)                                                                                 \
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);               \
+        kern<<<grid, threads, smem, c->stream>>>(out, ot, partial, q, k, v, pos_dev, pos0, n, nh, nkv, hd, window); \
+    } while (0)
+    switch (e) {
+    case 1: ATT_LAUNCH(1); break;
+    case 2: ATT_LAUNCH(2); break;
+    case 3: ATT_LAUNCH(3); break;
+    case 4: ATT_LAUNCH(4); break;
+    case 5: case 6: ATT_LAUNCH(6); break;
+    default: ATT_LAUNCH(8); break;
+    }
+#undef ATT_LAUNCH
+    return launch_check(c, "attention");
+}
+
+static int check_args(launch_ctx *c, const void *out, const float *q, const void *kc, const void *vc, int n, int nh,
+                      int nkv, int hd)
+{
+    if (!out || !q || !kc || !vc || n <= 0 || nh <= 0 || nkv <= 0 || nh % nkv || hd <= 0 || hd > 256 || hd % 2)
+        return launch_fail(c, "attention: bad arguments (n %d, heads %d/%d, head_dim %d)", n, nh, nkv, hd);
+    return 0;
+}
+
+extern "C" size_t launch_attention_decode_scratch(int n_heads, int head_dim, int n_splits)
+{
+    return (size_t)n_heads * n_splits * (head_dim + 2);
+}
+
+extern "C" int launch_attention_decode(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
+                                       const void *v_cache, k_dtype kvt, const int *pos, int n_heads, int n_kv_heads,
+                                       int head_dim, int window, int n_splits, float *partial)
+{
+    if (check_args(c, out, q, k_cache, v_cache, 1, n_heads, n_kv_heads, head_dim) || !pos || n_splits < 1 ||
+        n_splits > 1024 || (n_splits > 1 && !partial))
+        return launch_fail(c, "attention_decode: bad arguments (%d splits)", n_splits);
+    DISPATCH_TYPE(kvt, T, {
+        if (run<T>(c, out, ot, partial, q, k_cache, v_cache, pos, 0, 1, n_heads, n_kv_heads, head_dim, window,
+                   n_splits))
+            return -1;
+    });
+    if (n_splits == 1)
+        return 0;
+    DISPATCH_TYPE(ot, O, k_attention_combine<O><<<n_heads, 128, 0, c->stream>>>(static_cast<O *>(out), partial,
+                                                                                n_splits, head_dim));
+    return launch_check(c, "attention_decode combine");
+}
+
+extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
+                                        const void *v_cache, k_dtype kvt, int n, int pos0, int n_heads,
+                                        int n_kv_heads, int head_dim, int window)
+{
+    if (check_args(c, out, q, k_cache, v_cache, n, n_heads, n_kv_heads, head_dim) || pos0 < 0)
+        return -1;
+    DISPATCH_TYPE(kvt, T, return run<T>(c, out, ot, NULL, q, k_cache, v_cache, NULL, pos0, n, n_heads, n_kv_heads,
+                                        head_dim, window, 1));
+    return 0;
+}

@@ -1,0 +1,518 @@
+/*
+ * test_kernels_cuda.c: every CUDA launcher against the CPU op it stands
+ * for (kernels.h), on fresh random inputs, every output poisoned with NaN
+ * before the launch so that an element left unwritten fails. Inputs in
+ * f16/bf16 are rounded first and the CPU sees the rounded values, so the
+ * comparison measures the kernel, not the rounding. Skips (77) without a GPU.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/dtype.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_cuda.h"
+#include "test_util.h"
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static double urand(void) /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static void fill(float *x, size_t n, double scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(urand() * scale);
+}
+
+static const char *dtype_name(k_dtype t)
+{
+    return t == K_BF16 ? "bf16" : t == K_F16 ? "f16" : "f32";
+}
+
+/* max |got - ref| / max |ref|; NaN is infinite. */
+static double rel_err(const float *got, const double *ref, size_t n)
+{
+    double mx = 0.0, scale = 1e-30;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d == d))
+            return INFINITY;
+        mx = fmax(mx, d);
+    }
+    return mx / scale;
+}
+
+static double rel_err_f(const float *got, const float *ref, size_t n)
+{
+    double *r = malloc(n * sizeof *r);
+    for (size_t i = 0; i < n; i++)
+        r[i] = ref[i];
+    double e = rel_err(got, r, n);
+    free(r);
+    return e;
+}
+
+/* Random values of type t: host copy in t, and vals as the fp32 values actually stored. */
+static void *make_weight(k_dtype t, size_t n, float *vals, double scale)
+{
+    fill(vals, n, scale);
+    if (t == K_F32) {
+        float *w = malloc(n * sizeof *w);
+        memcpy(w, vals, n * sizeof *w);
+        return w;
+    }
+    uint16_t *w = malloc(n * sizeof *w);
+    for (size_t i = 0; i < n; i++) {
+        w[i] = t == K_BF16 ? f32_to_bf16(vals[i]) : f32_to_f16(vals[i]);
+        vals[i] = t == K_BF16 ? bf16_to_f32(w[i]) : f16_to_f32(w[i]);
+    }
+    return w;
+}
+
+static void *dev_alloc(size_t bytes)
+{
+    void *d = NULL;
+    CHECK(cudaMalloc(&d, bytes ? bytes : 1) == cudaSuccess);
+    CHECK(cudaMemset(d, 0xff, bytes ? bytes : 1) == cudaSuccess); /* NaN in every float type */
+    return d;
+}
+
+static void *dev_from(const void *h, size_t bytes)
+{
+    void *d = dev_alloc(bytes);
+    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    return d;
+}
+
+static float *dev_copy(const float *h, size_t n)
+{
+    return dev_from(h, n * sizeof *h);
+}
+
+/* n elements of type t on the device, as fp32 on the host (malloc'd). */
+static float *host_f32(const void *d, k_dtype t, size_t n)
+{
+    const size_t es = k_dtype_size(t);
+    void *raw = malloc(n * es);
+    float *out = malloc(n * sizeof *out);
+    CHECK(cudaMemcpy(raw, d, n * es, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (size_t i = 0; i < n; i++)
+        out[i] = t == K_F32 ? ((float *)raw)[i]
+               : t == K_BF16 ? bf16_to_f32(((uint16_t *)raw)[i]) : f16_to_f32(((uint16_t *)raw)[i]);
+    free(raw);
+    return out;
+}
+
+/* Rounding of an output stored in type t: the tolerance for it. */
+static double out_tol(k_dtype t)
+{
+    return t == K_F32 ? 2e-5 : t == K_F16 ? 2e-3 : 1e-2;
+}
+
+static k_ctx cpu_ctx(int cols)
+{
+    k_ctx c = {1, NULL, 0};
+    c.scratch_per_thread = k_matmul_scratch_floats(cols) + 65536;
+    c.scratch = malloc(c.scratch_per_thread * sizeof(float));
+    return c;
+}
+
+static const k_dtype TYPES[] = {K_F32, K_F16, K_BF16};
+
+static void test_embed(launch_ctx *lc)
+{
+    for (int ti = 0; ti < 3; ti++) {
+        const k_dtype t = TYPES[ti];
+        const int vocab = 1000, dim = 96, n = 7;
+        float *vals = malloc((size_t)vocab * dim * sizeof *vals);
+        void *h = make_weight(t, (size_t)vocab * dim, vals, 1.0);
+        void *d = dev_from(h, (size_t)vocab * dim * k_dtype_size(t));
+        int32_t ids[7] = {0, 999, 5, 5, 123, 1, 998};
+        int32_t *did = dev_from(ids, sizeof ids);
+        float *dx = dev_alloc((size_t)n * dim * sizeof(float));
+        CHECK_MSG(launch_embed(lc, dx, d, t, did, n, dim) == 0, "%s", lc->err);
+        float *got = host_f32(dx, K_F32, (size_t)n * dim), *ref = malloc((size_t)n * dim * sizeof *ref);
+        k_ctx kc = cpu_ctx(dim);
+        k_weight w = {h, t, vocab, dim};
+        k_embed(&kc, ref, &w, ids, n);
+        CHECK_MSG(rel_err_f(got, ref, (size_t)n * dim) == 0.0, "embed %s", dtype_name(t));
+        free(kc.scratch), free(got), free(ref), free(vals), free(h);
+        cudaFree(d), cudaFree(did), cudaFree(dx);
+    }
+}
+
+static void test_rmsnorm_swiglu_bias(launch_ctx *lc)
+{
+    static const int dims[] = {8, 64, 172, 2048, 5000};
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            const k_dtype t = TYPES[ti];
+            const int n = 5, dim = dims[di];
+            const size_t nd = (size_t)n * dim;
+            float *x = malloc(nd * sizeof *x), *w = malloc((size_t)dim * sizeof *w), *ref = malloc(nd * sizeof *ref);
+            float *up = malloc(nd * sizeof *up), *gu = malloc(2 * nd * sizeof *gu), *b = malloc((size_t)dim * sizeof *b);
+            fill(x, nd, 3.0);
+            fill(w, (size_t)dim, 1.0);
+            fill(up, nd, 2.0);
+            fill(b, (size_t)dim, 1.0);
+            k_ctx kc = cpu_ctx(dim);
+            /* RMSNorm */
+            float *dxx = dev_copy(x, nd), *dw = dev_copy(w, (size_t)dim);
+            void *dy = dev_alloc(nd * k_dtype_size(t));
+            CHECK_MSG(launch_rmsnorm(lc, dy, t, dxx, dw, n, dim, 1e-5f) == 0, "%s", lc->err);
+            float *got = host_f32(dy, t, nd);
+            k_weight kw = {w, K_F32, 1, dim};
+            k_rmsnorm(&kc, ref, x, n, dim, &kw, 1e-5f);
+            double e = rel_err_f(got, ref, nd);
+            CHECK_MSG(e < out_tol(t), "rmsnorm %s dim %d: %.2e", dtype_name(t), dim, e);
+            free(got);
+            /* SwiGLU from stacked gate|up rows */
+            for (int r = 0; r < n; r++) {
+                memcpy(gu + (size_t)r * 2 * dim, x + (size_t)r * dim, (size_t)dim * sizeof *x);
+                memcpy(gu + (size_t)r * 2 * dim + dim, up + (size_t)r * dim, (size_t)dim * sizeof *x);
+            }
+            float *dgu = dev_copy(gu, 2 * nd);
+            void *dh = dev_alloc(nd * k_dtype_size(t));
+            CHECK_MSG(launch_swiglu(lc, dh, t, dgu, n, dim) == 0, "%s", lc->err);
+            got = host_f32(dh, t, nd);
+            memcpy(ref, x, nd * sizeof *x);
+            k_swiglu(&kc, ref, up, nd);
+            e = rel_err_f(got, ref, nd);
+            CHECK_MSG(e < out_tol(t), "swiglu %s dim %d: %.2e", dtype_name(t), dim, e);
+            free(got);
+            /* bias add, in place on fp32 */
+            float *db = dev_copy(b, (size_t)dim), *dyy = dev_copy(x, nd);
+            CHECK_MSG(launch_bias_add(lc, dyy, db, n, dim) == 0, "%s", lc->err);
+            got = host_f32(dyy, K_F32, nd);
+            for (size_t i = 0; i < nd; i++)
+                ref[i] = x[i] + b[i % dim];
+            CHECK_MSG(rel_err_f(got, ref, nd) == 0.0, "bias_add dim %d", dim);
+            free(got);
+            cudaFree(dxx), cudaFree(dw), cudaFree(dy), cudaFree(dgu), cudaFree(dh), cudaFree(db), cudaFree(dyy);
+            free(x), free(w), free(ref), free(up), free(gu), free(b), free(kc.scratch);
+        }
+}
+
+static void test_argmax(launch_ctx *lc)
+{
+    static const int sizes[] = {1, 7, 512, 128256, 262144};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int n = sizes[si];
+        float *x = malloc((size_t)n * sizeof *x);
+        fill(x, (size_t)n, 10.0);
+        int want = (int)((urand() + 1.0) * 0.5 * n) % n;
+        x[want] = 50.0f;
+        if (n > 3) { /* an equal maximum later: the lower index wins */
+            int later = want + 1 + (int)((urand() + 1.0) * 0.5 * (n - want - 1));
+            if (later < n)
+                x[later] = 50.0f;
+        }
+        float *dx = dev_copy(x, (size_t)n);
+        int32_t *dout = dev_alloc(sizeof(int32_t)), got = -1;
+        CHECK_MSG(launch_argmax(lc, dout, dx, n) == 0, "%s", lc->err);
+        cudaMemcpy(&got, dout, sizeof got, cudaMemcpyDeviceToHost);
+        CHECK_MSG(got == want, "argmax n %d: %d, want %d", n, got, want);
+        cudaFree(dx), cudaFree(dout), free(x);
+    }
+}
+
+/* q/k/v post-processing: CPU bias + per-head RMSNorm + RoPE against launch_rope_qkv. */
+static void test_rope_qkv(launch_ctx *lc)
+{
+    static const int cfg[][4] = {/* heads, kv heads, head_dim, qk norm */
+                                 {8, 4, 8, 0}, {4, 2, 16, 1}, {4, 2, 32, 1}, {32, 8, 128, 0}, {16, 16, 64, 1}, {4, 1, 256, 1}};
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+            const k_dtype kvt = TYPES[ti];
+            const int nh = cfg[ci][0], nkv = cfg[ci][1], hd = cfg[ci][2], norm = cfg[ci][3];
+            const int n = 3, pos0 = 17, ctx = 40, half = hd / 2, width = (nh + 2 * nkv) * hd, kvd = nkv * hd;
+            float *qkv = malloc((size_t)n * width * sizeof *qkv), *bias = malloc((size_t)width * sizeof *bias);
+            float *qn = malloc((size_t)hd * sizeof *qn), *kn = malloc((size_t)hd * sizeof *kn);
+            float *cs = malloc((size_t)ctx * half * sizeof *cs), *sn = malloc((size_t)ctx * half * sizeof *sn);
+            fill(qkv, (size_t)n * width, 2.0);
+            fill(bias, (size_t)width, 0.5);
+            fill(qn, (size_t)hd, 1.0);
+            fill(kn, (size_t)hd, 1.0);
+            for (int p = 0; p < ctx; p++)
+                for (int i = 0; i < half; i++) {
+                    double ang = p * pow(10000.0, -2.0 * i / hd);
+                    cs[p * half + i] = (float)cos(ang);
+                    sn[p * half + i] = (float)sin(ang);
+                }
+            int pos = pos0;
+            float *dqkv = dev_copy(qkv, (size_t)n * width), *db = dev_copy(bias, (size_t)width);
+            float *dqn = dev_copy(qn, (size_t)hd), *dkn = dev_copy(kn, (size_t)hd);
+            float *dcs = dev_copy(cs, (size_t)ctx * half), *dsn = dev_copy(sn, (size_t)ctx * half);
+            int *dpos = dev_from(&pos, sizeof pos);
+            float *dq = dev_alloc((size_t)n * nh * hd * sizeof(float));
+            void *dk = dev_alloc((size_t)ctx * kvd * k_dtype_size(kvt)), *dv = dev_alloc((size_t)ctx * kvd * k_dtype_size(kvt));
+            rope_qkv_args a = {.qkv = dqkv, .bias = db, .q_norm = norm ? dqn : NULL, .k_norm = norm ? dkn : NULL,
+                               .eps = 1e-6f, .cos = dcs, .sin = dsn, .q_out = dq, .k_cache = dk, .v_cache = dv,
+                               .kvt = kvt, .pos0 = dpos, .n = n, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd};
+            CHECK_MSG(launch_rope_qkv(lc, &a) == 0, "%s", lc->err);
+            /* CPU */
+            k_ctx kc = cpu_ctx(hd);
+            float *rq = malloc((size_t)n * nh * hd * sizeof *rq), *rk = malloc((size_t)n * kvd * sizeof *rk);
+            float *rv = malloc((size_t)n * kvd * sizeof *rv);
+            int poss[3] = {pos0, pos0 + 1, pos0 + 2};
+            for (int t = 0; t < n; t++)
+                for (int j = 0; j < width; j++) {
+                    float v = qkv[(size_t)t * width + j] + bias[j];
+                    if (j < nh * hd)
+                        rq[(size_t)t * nh * hd + j] = v;
+                    else if (j < nh * hd + kvd)
+                        rk[(size_t)t * kvd + j - nh * hd] = v;
+                    else
+                        rv[(size_t)t * kvd + j - nh * hd - kvd] = v;
+                }
+            if (norm) {
+                k_weight wq = {qn, K_F32, 1, hd}, wk = {kn, K_F32, 1, hd};
+                k_rmsnorm(&kc, rq, rq, n * nh, hd, &wq, 1e-6f);
+                k_rmsnorm(&kc, rk, rk, n * nkv, hd, &wk, 1e-6f);
+            }
+            k_rope(&kc, rq, n, nh, hd, poss, cs, sn);
+            k_rope(&kc, rk, n, nkv, hd, poss, cs, sn);
+            float *gq = host_f32(dq, K_F32, (size_t)n * nh * hd);
+            float *gk = host_f32((char *)dk + (size_t)pos0 * kvd * k_dtype_size(kvt), kvt, (size_t)n * kvd);
+            float *gv = host_f32((char *)dv + (size_t)pos0 * kvd * k_dtype_size(kvt), kvt, (size_t)n * kvd);
+            double eq = rel_err_f(gq, rq, (size_t)n * nh * hd), ek = rel_err_f(gk, rk, (size_t)n * kvd);
+            double ev = rel_err_f(gv, rv, (size_t)n * kvd);
+            CHECK_MSG(eq < 2e-5 && ek < out_tol(kvt) && ev < out_tol(kvt),
+                      "rope_qkv %s heads %d/%d hd %d norm %d: q %.2e k %.2e v %.2e", dtype_name(kvt), nh, nkv, hd,
+                      norm, eq, ek, ev);
+            /* Rows other than the new ones are untouched (still the poison). */
+            float *before = host_f32(dk, kvt, (size_t)kvd);
+            CHECK(before[0] != before[0]);
+            free(before);
+            free(gq), free(gk), free(gv), free(rq), free(rk), free(rv), free(kc.scratch);
+            free(qkv), free(bias), free(qn), free(kn), free(cs), free(sn);
+            cudaFree(dqkv), cudaFree(db), cudaFree(dqn), cudaFree(dkn), cudaFree(dcs), cudaFree(dsn);
+            cudaFree(dpos), cudaFree(dq), cudaFree(dk), cudaFree(dv);
+        }
+}
+
+/* Attention, decode (split) and prefill (tiled), against k_attention on the same (rounded) cache. */
+static void check_attention(launch_ctx *lc, k_dtype kvt, k_dtype ot, int nh, int nkv, int hd, int n, int pos0,
+                            int window, int splits)
+{
+    const int total = pos0 + n, kvd = nkv * hd;
+    float *kv = malloc((size_t)total * kvd * sizeof *kv), *vv = malloc((size_t)total * kvd * sizeof *vv);
+    void *hk = make_weight(kvt, (size_t)total * kvd, kv, 1.5), *hv = make_weight(kvt, (size_t)total * kvd, vv, 1.0);
+    float *q = malloc((size_t)n * nh * hd * sizeof *q);
+    fill(q, (size_t)n * nh * hd, 1.5);
+    void *dk = dev_from(hk, (size_t)total * kvd * k_dtype_size(kvt)), *dv = dev_from(hv, (size_t)total * kvd * k_dtype_size(kvt));
+    float *dq = dev_copy(q, (size_t)n * nh * hd);
+    void *dout = dev_alloc((size_t)n * nh * hd * k_dtype_size(ot));
+    float *part = NULL;
+    int rc;
+    if (n == 1) {
+        int pos = pos0;
+        int *dpos = dev_from(&pos, sizeof pos);
+        part = dev_alloc(launch_attention_decode_scratch(nh, hd, splits) * sizeof(float));
+        rc = launch_attention_decode(lc, dout, ot, dq, dk, dv, kvt, dpos, nh, nkv, hd, window, splits, part);
+        cudaStreamSynchronize(lc->stream);
+        cudaFree(dpos);
+    } else {
+        rc = launch_attention_prefill(lc, dout, ot, dq, dk, dv, kvt, n, pos0, nh, nkv, hd, window);
+    }
+    CHECK_MSG(rc == 0, "%s", lc->err);
+    float *got = host_f32(dout, ot, (size_t)n * nh * hd), *ref = malloc((size_t)n * nh * hd * sizeof *ref);
+    k_ctx kc = cpu_ctx(hd);
+    k_attention(&kc, ref, q, kv, vv, n, pos0, nh, nkv, hd, window);
+    double e = rel_err_f(got, ref, (size_t)n * nh * hd);
+    CHECK_MSG(e < (ot == K_F32 ? 5e-5 : out_tol(ot)),
+              "attention %s->%s heads %d/%d hd %d n %d pos0 %d window %d splits %d: %.2e", dtype_name(kvt),
+              dtype_name(ot), nh, nkv, hd, n, pos0, window, splits, e);
+    free(got), free(ref), free(kc.scratch), free(kv), free(vv), free(hk), free(hv), free(q);
+    cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout), cudaFree(part);
+}
+
+static void test_attention(launch_ctx *lc)
+{
+    for (int ti = 0; ti < 3; ti++) {
+        const k_dtype kvt = TYPES[ti];
+        /* decode: positions from 0 to thousands, splits 1..16, windows */
+        check_attention(lc, kvt, K_F32, 8, 4, 8, 1, 0, 0, 1);
+        check_attention(lc, kvt, K_F32, 4, 2, 16, 1, 37, 0, 4);
+        check_attention(lc, kvt, K_F32, 4, 2, 32, 1, 100, 8, 3);
+        check_attention(lc, kvt, K_F32, 32, 8, 128, 1, 639, 0, 8);
+        check_attention(lc, kvt, K_F32, 32, 8, 128, 1, 3999, 0, 16);
+        check_attention(lc, kvt, kvt, 16, 16, 64, 1, 1000, 256, 7);
+        check_attention(lc, kvt, K_F32, 8, 2, 256, 1, 300, 0, 5);
+        check_attention(lc, kvt, K_F32, 4, 4, 96, 1, 50, 0, 2);
+        /* prefill: from the start and after a cached prefix, n not a multiple of the tiles */
+        check_attention(lc, kvt, kvt, 8, 4, 8, 5, 0, 0, 1);
+        check_attention(lc, kvt, K_F32, 4, 2, 16, 37, 0, 0, 1);
+        check_attention(lc, kvt, kvt, 4, 2, 32, 64, 30, 8, 1);
+        check_attention(lc, kvt, kvt, 32, 8, 128, 130, 0, 0, 1);
+        check_attention(lc, kvt, K_F32, 32, 8, 128, 77, 200, 0, 1);
+        check_attention(lc, kvt, kvt, 8, 2, 256, 40, 10, 16, 1);
+    }
+}
+
+/* ---- gemv and gemm (decode and prefill matrix products) ---- */
+
+/* Random [rows, cols] weight in type t on host (vals: the same values as fp32) and on the device. */
+static void *dev_weight(k_dtype t, size_t n, float *vals, k_weight *hw)
+{
+    void *h = make_weight(t, n, vals, 1.0);
+    void *d = NULL;
+    cudaMalloc(&d, n * k_dtype_size(t));
+    cudaMemcpy(d, h, n * k_dtype_size(t), cudaMemcpyHostToDevice);
+    hw->data = h;
+    hw->dtype = t;
+    return d;
+}
+
+static void check_gemv(launch_ctx *lc, k_dtype t, int rows, int cols, gemv_input in, bool acc, bool with_bias)
+{
+    const size_t nw = (size_t)rows * cols;
+    const int xn = in == GEMV_IN_SWIGLU ? 2 * cols : cols;
+    float *wv = malloc(nw * sizeof *wv), *x = malloc((size_t)xn * sizeof *x), *norm = malloc((size_t)cols * sizeof *norm);
+    float *bias = malloc((size_t)rows * sizeof *bias), *y0 = malloc((size_t)rows * sizeof *y0);
+    float *got = malloc((size_t)rows * sizeof *got), *xin = malloc((size_t)xn * sizeof *xin);
+    k_weight hw = {NULL, t, rows, cols};
+    void *dw = dev_weight(t, nw, wv, &hw);
+    fill(x, (size_t)xn, 2.0);
+    fill(norm, (size_t)cols, 1.0);
+    fill(bias, (size_t)rows, 1.0);
+    fill(y0, (size_t)rows, 1.0);
+    float *dx = dev_copy(x, (size_t)xn), *dn = dev_copy(norm, (size_t)cols), *db = dev_copy(bias, (size_t)rows);
+    float *dy = dev_copy(y0, (size_t)rows);
+    if (!acc)
+        cudaMemset(dy, 0xff, (size_t)rows * sizeof(float)); /* NaN: every row must be written */
+    gemv_args a = {.y = dy, .accumulate = acc, .w = dw, .wt = t, .rows = rows, .cols = cols,
+                   .bias = with_bias ? db : NULL, .in = in, .x = dx, .norm = dn, .eps = 1e-5f};
+    CHECK_MSG(launch_gemv(lc, &a) == 0, "gemv: %s", lc->err);
+    CHECK(cudaMemcpy(got, dy, (size_t)rows * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+
+    /* The CPU ops on the same inputs. */
+    k_ctx kc = cpu_ctx(cols);
+    memcpy(xin, x, (size_t)xn * sizeof *x);
+    k_weight nwt = {norm, K_F32, 1, cols}, bwt = {bias, K_F32, 1, rows}, none = {NULL, K_F32, 0, 0};
+    if (in == GEMV_IN_RMSNORM)
+        k_rmsnorm(&kc, xin, x, 1, cols, &nwt, 1e-5f);
+    else if (in == GEMV_IN_SWIGLU)
+        k_swiglu(&kc, xin, x + cols, (size_t)cols);
+    float *ref = malloc((size_t)rows * sizeof *ref);
+    k_matmul(&kc, ref, xin, 1, &hw, with_bias ? &bwt : &none);
+    double *refd = malloc((size_t)rows * sizeof *refd);
+    for (int i = 0; i < rows; i++)
+        refd[i] = (double)ref[i] + (acc ? y0[i] : 0.0);
+    double e = rel_err(got, refd, (size_t)rows);
+    CHECK_MSG(e < 2e-5, "gemv %s %dx%d in %d acc %d bias %d: error %.2e", dtype_name(t), rows, cols, (int)in, acc,
+              with_bias, e);
+    free(refd);
+    free(ref);
+    free(kc.scratch);
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dn);
+    cudaFree(db);
+    cudaFree(dy);
+    free((void *)hw.data);
+    free(wv);
+    free(x);
+    free(norm);
+    free(bias);
+    free(y0);
+    free(got);
+    free(xin);
+}
+
+static void check_gemm(launch_ctx *lc, k_dtype t, int n, int rows, int cols, bool acc)
+{
+    const size_t nw = (size_t)rows * cols, nx = (size_t)n * cols, ny = (size_t)n * rows;
+    float *wv = malloc(nw * sizeof *wv), *xv = malloc(nx * sizeof *xv), *y0 = malloc(ny * sizeof *y0);
+    float *got = malloc(ny * sizeof *got), *ref = malloc(ny * sizeof *ref);
+    k_weight hw = {NULL, t, rows, cols}, hx = {NULL, t, n, cols};
+    void *dw = dev_weight(t, nw, wv, &hw);
+    void *dxw = dev_weight(t, nx, xv, &hx); /* x in the weight type, as the engine feeds it */
+    fill(y0, ny, 1.0);
+    float *dy = dev_copy(y0, ny);
+    if (!acc)
+        cudaMemset(dy, 0xff, ny * sizeof(float));
+    CHECK_MSG(launch_gemm(lc, dy, acc, dxw, dw, t, n, rows, cols) == 0, "gemm: %s", lc->err);
+    CHECK(cudaStreamSynchronize(lc->stream) == cudaSuccess);
+    CHECK(cudaMemcpy(got, dy, ny * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    k_ctx kc = cpu_ctx(cols);
+    k_weight none = {NULL, K_F32, 0, 0};
+    k_matmul(&kc, ref, xv, n, &hw, &none); /* xv holds x's values after rounding to t */
+    double *refd = malloc(ny * sizeof *refd);
+    for (size_t i = 0; i < ny; i++)
+        refd[i] = (double)ref[i] + (acc ? y0[i] : 0.0);
+    double e = rel_err(got, refd, ny);
+    CHECK_MSG(e < 2e-5, "gemm %s n %d %dx%d acc %d: error %.2e", dtype_name(t), n, rows, cols, acc, e);
+    free(refd);
+    free(kc.scratch);
+    cudaFree(dw);
+    cudaFree(dxw);
+    cudaFree(dy);
+    free((void *)hw.data);
+    free((void *)hx.data);
+    free(wv);
+    free(xv);
+    free(y0);
+    free(got);
+    free(ref);
+}
+
+static void test_matrix_products(launch_ctx *lc)
+{
+    static const k_dtype types[] = {K_F32, K_F16, K_BF16};
+    void *ws = NULL;
+    lc->workspace_bytes = 32u << 20;
+    cudaMalloc(&ws, lc->workspace_bytes);
+    lc->workspace = ws;
+    CHECK_MSG(launch_gemm_create(lc) == 0, "%s", lc->err);
+    for (int ti = 0; ti < 3; ti++) {
+        const k_dtype t = types[ti];
+        static const int shapes[][2] = {{1, 8}, {3, 64}, {37, 64}, {100, 172}, {513, 2048}, {300, 14336}};
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int in = 0; in < 3; in++)
+                check_gemv(lc, t, shapes[s][0], shapes[s][1], (gemv_input)in, in == 1, in != 0);
+        check_gemv(lc, t, 4096, 4096, GEMV_IN_RMSNORM, false, false);
+        static const int gshapes[][3] = {{1, 64, 64}, {5, 192, 64}, {64, 128, 256}, {300, 512, 1024}, {17, 96, 172}};
+        for (size_t s = 0; s < sizeof gshapes / sizeof gshapes[0]; s++)
+            for (int acc = 0; acc < 2; acc++)
+                check_gemm(lc, t, gshapes[s][0], gshapes[s][1], gshapes[s][2], acc);
+    }
+    launch_gemm_destroy(lc);
+    cudaFree(ws);
+}
+
+int main(void)
+{
+    int n = 0;
+    cudaError_t ce = cudaGetDeviceCount(&n);
+    if (ce != cudaSuccess || n == 0) {
+        printf("test_kernels_cuda: SKIP: no CUDA device (%s)\n", ce != cudaSuccess ? cudaGetErrorString(ce) : "none");
+        return 77;
+    }
+    launch_ctx lc;
+    memset(&lc, 0, sizeof lc);
+    CHECK(cudaStreamCreate(&lc.stream) == cudaSuccess);
+    cudaDeviceGetAttribute(&lc.n_sms, cudaDevAttrMultiProcessorCount, 0);
+    test_embed(&lc);
+    test_rmsnorm_swiglu_bias(&lc);
+    test_argmax(&lc);
+    test_rope_qkv(&lc);
+    test_attention(&lc);
+    test_matrix_products(&lc);
+    /* Bad arguments fail with a message and launch nothing. */
+    CHECK(launch_rmsnorm(&lc, NULL, K_F32, NULL, NULL, 1, 8, 1e-5f) == -1 && strstr(lc.err, "rmsnorm"));
+    CHECK(launch_attention_prefill(&lc, lc.err, K_F32, (float *)lc.err, lc.err, lc.err, K_F32, 4, 0, 6, 4, 16, 0) == -1);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    cudaStreamDestroy(lc.stream);
+    return test_finish("test_kernels_cuda");
+}
