@@ -1,14 +1,14 @@
 /*
  * test_parity_cuda.c: the GPU backend against the CPU backend on every
- * committed checkpoint, over a teacher-forced sequence of 256 tokens: the
- * first 64 as one batch (the prefill path: cuBLASLt, tiled attention), the
- * rest one at a time (the decode path: matrix-vector kernels, split
- * attention, the CUDA graph). At each position the two backends' top-1
- * tokens are compared: identical everywhere for fp32 checkpoints, at least
- * 99% for bf16/f16 (the GPU rounds activations and the KV cache to the
- * weight type, the CPU keeps them in fp32). A whole 256-token batch must
- * also end on the same logits as the token-by-token run. Skips (77)
- * without a GPU.
+ * committed checkpoint, over a teacher-forced sequence of 256 tokens. Run
+ * once token by token (the decode path: matrix-vector kernels, split
+ * attention, the CUDA graph) and once with the first 64 as one batch (the
+ * prefill path: cuBLASLt, tiled attention). At each position the two
+ * backends' top-1 tokens are compared: identical everywhere for fp32
+ * checkpoints; for bf16/f16, at least 99% on the decode path and 98% on
+ * the prefill path, whose tensor-core products round their inputs to the
+ * weight type. A whole 256-token batch must also end on the same logits.
+ * Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -73,10 +73,39 @@ static double rel_diff(const float *a, const float *b, int n)
     return mx / scale;
 }
 
+/*
+ * Feed seq on both backends, the first `batch` tokens as one call (1: all
+ * token by token), and count the positions whose top-1 tokens agree.
+ */
+static void agreement(engine_session *sc, engine_session *sg, const int32_t *seq, int batch, int vocab, int *agree,
+                      int *total, double *worst, float *last_gpu)
+{
+    const float *lc = NULL, *lg = NULL;
+    engine_session_reset(sc);
+    engine_session_reset(sg);
+    *agree = *total = 0;
+    *worst = 0.0;
+    for (int i = batch; i <= SEQ; i++) {
+        const int32_t *ids = i == batch ? seq : seq + i - 1;
+        const size_t n = i == batch ? (size_t)batch : 1;
+        if (engine_session_eval(sc, ids, n, &lc) != ENGINE_OK || engine_session_eval(sg, ids, n, &lg) != ENGINE_OK) {
+            CHECK_MSG(0, "eval failed at %d: %s", i, engine_session_last_error(sg));
+            return;
+        }
+        *agree += argmax(lc, vocab) == argmax(lg, vocab);
+        (*total)++;
+        *worst = fmax(*worst, rel_diff(lg, lc, vocab));
+    }
+    memcpy(last_gpu, lg, (size_t)vocab * sizeof *last_gpu);
+}
+
 static void parity(const char *name, const char *path, bool fp32)
 {
     engine_model *mc = load(path, ENGINE_DEVICE_CPU), *mg = load(path, ENGINE_DEVICE_CUDA);
-    if (!mc || !mg) {
+    engine_session *sc = mc ? session(mc) : NULL, *sg = mg ? session(mg) : NULL;
+    if (!sc || !sg) {
+        engine_session_free(sc);
+        engine_session_free(sg);
         engine_model_free(mc);
         engine_model_free(mg);
         return;
@@ -85,48 +114,47 @@ static void parity(const char *name, const char *path, bool fp32)
     engine_model_get_info(mg, &info);
     CHECK(info.device == ENGINE_DEVICE_CUDA);
     const int vocab = info.vocab_size;
-    engine_session *sc = session(mc), *sg = session(mg);
-    float *cpu = malloc((size_t)vocab * sizeof *cpu);
+    float *last = malloc((size_t)vocab * sizeof *last);
     int32_t seq[SEQ];
     uint64_t r = 0x9e3779b97f4a7c15ull ^ (uint64_t)strlen(name);
     for (int i = 0; i < SEQ; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         seq[i] = (int32_t)((r >> 33) % (uint64_t)vocab);
     }
+    /* Teacher-forced, token by token: the decode path at all 256 positions. */
     int agree = 0, total = 0;
     double worst = 0.0;
-    const float *lc = NULL, *lg = NULL;
-    for (int i = BATCH; i <= SEQ && sc && sg; i++) {
-        const int32_t *ids = i == BATCH ? seq : seq + i - 1;
-        const size_t n = i == BATCH ? BATCH : 1;
-        if (engine_session_eval(sc, ids, n, &lc) != ENGINE_OK || engine_session_eval(sg, ids, n, &lg) != ENGINE_OK) {
-            CHECK_MSG(0, "%s: eval failed at %d: %s", name, i, engine_session_last_error(sg));
-            break;
-        }
-        agree += argmax(lc, vocab) == argmax(lg, vocab);
-        total++;
-        worst = fmax(worst, rel_diff(lg, lc, vocab));
-    }
+    agreement(sc, sg, seq, 1, vocab, &agree, &total, &worst, last);
     const double rate = total ? (double)agree / total : 0.0;
-    printf("test_parity_cuda: %-26s top-1 agreement %d/%d (%.2f%%), largest logit difference %.2e of the scale\n",
-           name, agree, total, 100.0 * rate, worst);
+    printf("test_parity_cuda: %-26s decode  top-1 %d/%d (%.2f%%), largest logit difference %.2e of the scale\n", name,
+           agree, total, 100.0 * rate, worst);
     if (fp32) {
         CHECK_MSG(agree == total, "%s: fp32 top-1 differs at %d of %d positions", name, total - agree, total);
-        CHECK_MSG(worst < 1e-3, "%s: fp32 logits differ by %.2e", name, worst);
+        CHECK_MSG(worst < 1e-4, "%s: fp32 logits differ by %.2e", name, worst);
     } else {
         CHECK_MSG(rate >= 0.99, "%s: top-1 agreement %.2f%% < 99%%", name, 100.0 * rate);
     }
+    /* The prompt path: 64 tokens as one batch, then token by token. Its
+     * matrix products take bf16/f16 inputs (tensor cores), so the KV cache
+     * of the prompt differs from the CPU's by that rounding: at most 2% of
+     * positions may flip on these near-flat random models. */
+    agreement(sc, sg, seq, BATCH, vocab, &agree, &total, &worst, last);
+    const double rate_b = total ? (double)agree / total : 0.0;
+    printf("test_parity_cuda: %-26s prefill top-1 %d/%d (%.2f%%), largest logit difference %.2e of the scale\n", name,
+           agree, total, 100.0 * rate_b, worst);
+    if (fp32)
+        CHECK_MSG(agree == total && worst < 1e-4, "%s: fp32 prefill path: %d of %d differ, logits %.2e", name,
+                  total - agree, total, worst);
+    else
+        CHECK_MSG(rate_b >= 0.98, "%s: prefill-path top-1 agreement %.2f%% < 98%%", name, 100.0 * rate_b);
 
     /* The whole sequence as one batch ends where the token-by-token run did. */
-    if (lg) {
-        memcpy(cpu, lg, (size_t)vocab * sizeof *cpu);
-        engine_session_reset(sg);
-        const float *lb = NULL;
-        CHECK(engine_session_eval(sg, seq, SEQ, &lb) == ENGINE_OK);
-        double d = lb ? rel_diff(lb, cpu, vocab) : INFINITY;
-        CHECK_MSG(d < (fp32 ? 1e-4 : 3e-2), "%s: batch vs token-by-token logits differ by %.2e", name, d);
-    }
-    free(cpu);
+    engine_session_reset(sg);
+    const float *lb = NULL;
+    CHECK(engine_session_eval(sg, seq, SEQ, &lb) == ENGINE_OK);
+    double d = lb ? rel_diff(lb, last, vocab) : INFINITY;
+    CHECK_MSG(d < (fp32 ? 1e-4 : 3e-2), "%s: one batch vs 64 + token-by-token logits differ by %.2e", name, d);
+    free(last);
     engine_session_free(sc);
     engine_session_free(sg);
     engine_model_free(mc);
