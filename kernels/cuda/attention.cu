@@ -20,6 +20,45 @@
 #define ATT_BQ 16  /* queries per block (4 per warp, 4 warps) */
 #define ATT_BK 32  /* keys per tile                           */
 
+/*
+ * K and V rows k0 .. k0+ATT_BK-1 of one kv head into shared memory as fp32
+ * (rows at or past `end` as zeros). 16-byte loads when a head's row allows,
+ * unrolled so that each thread has several in flight: this load, not the
+ * arithmetic, is what a decode step's attention waits on.
+ */
+template <typename T>
+__device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, int k0, int end, int kvd, int kvh, int hd)
+{
+    constexpr int V = 16 / sizeof(T);
+    if ((hd % V) == 0 && (kvd % V) == 0) {
+        const int per_row = hd / V, total = ATT_BK * per_row;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < total; i += blockDim.x) {
+            const int j = i / per_row, d0 = (i - j * per_row) * V, key = k0 + j;
+            uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+            if (key < end) {
+                const size_t at = (size_t)key * kvd + (size_t)kvh * hd + d0;
+                kr = *reinterpret_cast<const uint4 *>(kc + at);
+                vr = *reinterpret_cast<const uint4 *>(vc + at);
+            }
+            const T *kt = reinterpret_cast<const T *>(&kr), *vt = reinterpret_cast<const T *>(&vr);
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                Ks[j * (hd + 1) + d0 + e] = key < end ? to_f32(kt[e]) : 0.0f;
+                Vs[j * hd + d0 + e] = key < end ? to_f32(vt[e]) : 0.0f;
+            }
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < ATT_BK * hd; i += blockDim.x) {
+        const int j = i / hd, d = i - j * hd, key = k0 + j;
+        const bool ok = key < end;
+        const size_t at = (size_t)key * kvd + (size_t)kvh * hd + d;
+        Ks[j * (hd + 1) + d] = ok ? to_f32(kc[at]) : 0.0f;
+        Vs[j * hd + d] = ok ? to_f32(vc[at]) : 0.0f;
+    }
+}
+
 template <typename T, int E> /* E: dimensions per lane, head_dim <= 32 * E */
 __global__ void k_attention(void *out, k_dtype ot, float *partial, const float *q, const T *kc, const T *vc,
                             const int *pos_dev, int pos0, int n, int nh, int nkv, int hd, int window)
@@ -67,13 +106,7 @@ __global__ void k_attention(void *out, k_dtype ot, float *partial, const float *
 
     for (int k0 = lo; k0 < end; k0 += ATT_BK) {
         __syncthreads(); /* the previous tile is no longer read */
-        for (int i = threadIdx.x; i < ATT_BK * hd; i += nthreads) {
-            const int j = i / hd, d = i - j * hd, key = k0 + j;
-            const bool ok = key < end;
-            const size_t at = (size_t)key * kvd + (size_t)kvh * hd + d;
-            Ks[j * (hd + 1) + d] = ok ? to_f32(kc[at]) : 0.0f;
-            Vs[j * hd + d] = ok ? to_f32(vc[at]) : 0.0f;
-        }
+        stage_tile(Ks, Vs, kc, vc, k0, end, kvd, kvh, hd);
         __syncthreads();
         if (qpos[0] < 0)
             continue; /* this warp has no queries */
@@ -191,8 +224,8 @@ static int run(launch_ctx *c, void *out, k_dtype ot, float *partial, const float
 {
     const size_t smem = ((size_t)hd * ATT_BQ + ATT_BK * (hd + 1) + ATT_BK * hd) * sizeof(float);
     const dim3 grid(ceil_div(n, ATT_BQ), (unsigned)nh, (unsigned)splits);
-    /* Decode has one query: one warp per block is enough. */
-    const int threads = n == 1 ? 32 : 128;
+    /* Decode has one query, so one warp computes; all four load the tiles. */
+    const int threads = 128;
     const T *k = static_cast<const T *>(kc), *v = static_cast<const T *>(vc);
     const int e = (hd + 31) / 32;
 #define ATT_LAUNCH(EV)                                                                                        \
