@@ -9,6 +9,9 @@
 #include <time.h>
 
 #include "model.h"
+#ifdef ENGINE_HAVE_CUDA
+#include "cuda/backend.h"
+#endif
 
 engine_generate_params engine_generate_default_params(void)
 {
@@ -24,6 +27,28 @@ static double now_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The next token from logits left on the device (CUDA sessions only). */
+static int32_t sample_on_device(engine_session *s, engine_sampler *smp, engine_status *st)
+{
+#ifdef ENGINE_HAVE_CUDA
+    const int32_t *ids;
+    const float *vals;
+    const int n = cuda_sample_candidates(s, sampler_temperature(smp), &ids, &vals, &s->err);
+    if (n > 0 && n <= 4096)
+        return sampler_sample_candidates(smp, ids, vals, n);
+    /* Too many candidates for the short list (a very flat distribution): the whole logits. */
+    if (n > 0 && (*st = cuda_copy_logits(s, &s->err)) == ENGINE_OK)
+        return engine_sampler_sample(smp, s->logits, s->model->cfg.vocab_size, s->tokens, (size_t)s->n_past);
+    if (n <= 0 && *st == ENGINE_OK)
+        *st = s->err.code ? s->err.code : ENGINE_ERR_CUDA;
+#else
+    (void)s;
+    (void)smp;
+    *st = ENGINE_ERR_UNSUPPORTED;
+#endif
+    return -1;
 }
 
 engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n_prompt,
@@ -72,22 +97,24 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
     gs.n_prompt = n_prompt;
     double t0 = now_seconds();
     const float *logits = s->logits;
-    /* Greedy without a penalty needs only the argmax, which a GPU session
-     * picks on the device: no logits cross to the host per token. */
-    const bool device_greedy =
-        s->cuda && p.sampling.temperature <= 0.0f && p.sampling.repeat_penalty == 1.0f;
+    /* Without a repetition penalty a GPU session keeps the logits on the
+     * device: greedy takes the argmax there, sampling brings back only the
+     * candidates within reach of a draw (see sample.cu). */
+    const bool on_device = s->cuda && p.sampling.repeat_penalty == 1.0f && n_prompt > 0;
+    const bool device_greedy = on_device && p.sampling.temperature <= 0.0f;
     int32_t next = -1;
     if (n_prompt)
-        st = session_eval(s, prompt, n_prompt, device_greedy ? NULL : &logits, device_greedy ? &next : NULL);
-    else if (device_greedy)
-        next = engine_sampler_sample(smp, logits, m->cfg.vocab_size, s->tokens, (size_t)s->n_past);
+        st = session_eval(s, prompt, n_prompt, on_device ? NULL : &logits, device_greedy ? &next : NULL);
     double t1 = now_seconds();
     gs.prompt_seconds = t1 - t0;
     gs.stop = ENGINE_STOP_LENGTH;
 
     for (int i = 0; st == ENGINE_OK && i < p.n_predict; i++) {
         int32_t id = device_greedy ? next
+                     : on_device   ? sample_on_device(s, smp, &st)
                                    : engine_sampler_sample(smp, logits, m->cfg.vocab_size, s->tokens, (size_t)s->n_past);
+        if (st != ENGINE_OK)
+            break;
         if (out_ids && gs.n_generated < cap)
             out_ids[gs.n_generated] = id;
         gs.n_generated++;
@@ -111,7 +138,7 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
             gs.stop = ENGINE_STOP_CONTEXT;
             break;
         }
-        st = session_eval(s, &id, 1, device_greedy ? NULL : &logits, device_greedy ? &next : NULL);
+        st = session_eval(s, &id, 1, on_device ? NULL : &logits, device_greedy ? &next : NULL);
     }
     gs.gen_seconds = now_seconds() - t1;
     if (ts) {

@@ -132,6 +132,14 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits)
  * the greedy token itself (CUDA), *argmax gets it and the logits are only
  * copied out when logits != NULL. On the CPU *argmax is -1.
  */
+/*
+ * Draw from candidates already filtered to within 50 nats of the best
+ * (ids[n] and logits / temperature, any order), exactly as
+ * engine_sampler_sample would from the full logits with no penalty.
+ */
+int32_t sampler_sample_candidates(engine_sampler *s, const int32_t *ids, const float *scaled, int n);
+float sampler_temperature(const engine_sampler *s);
+
 engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, const float **logits, int32_t *argmax);
 
 /* Fill the RoPE tables [n_ctx, head_dim/2] for the config's rope type. */

@@ -19,7 +19,8 @@ typedef struct cand {
 struct engine_sampler {
     engine_sampler_params p;
     uint64_t rng[4];
-    cand *cands;          /* [cap] candidates for the filters      */
+    cand *cands;          /* [cand_cap] candidates for the filters */
+    int cand_cap;
     float *logits;        /* [cap] working copy of the logits      */
     unsigned char *seen;  /* [cap] tokens already penalised        */
     int cap;
@@ -100,6 +101,8 @@ void engine_sampler_free(engine_sampler *s)
     free(s);
 }
 
+static int32_t finish(engine_sampler *s, cand *c, int n);
+
 static int by_logit_desc(const void *a, const void *b)
 {
     const cand *x = a, *y = b;
@@ -114,11 +117,14 @@ int32_t engine_sampler_sample(engine_sampler *s, const float *logits, int n_voca
     if (!s || !logits || n_vocab <= 0 || (n_history && !history))
         return -1;
     /* The working buffers grow to the vocabulary once, on first use. */
-    if (n_vocab > s->cap) {
+    if (n_vocab > s->cand_cap) {
         cand *c = realloc(s->cands, (size_t)n_vocab * sizeof *c);
         if (!c)
             return -1;
         s->cands = c;
+        s->cand_cap = n_vocab;
+    }
+    if (n_vocab > s->cap) {
         float *l = realloc(s->logits, (size_t)n_vocab * sizeof *l);
         if (!l)
             return -1;
@@ -175,6 +181,35 @@ int32_t engine_sampler_sample(engine_sampler *s, const float *logits, int n_voca
             n++;
         }
     }
+    return finish(s, c, n);
+}
+
+float sampler_temperature(const engine_sampler *s)
+{
+    return s->p.temperature;
+}
+
+int32_t sampler_sample_candidates(engine_sampler *s, const int32_t *ids, const float *scaled, int n)
+{
+    if (!s || n <= 0)
+        return -1;
+    if (n > s->cand_cap) {
+        cand *c = realloc(s->cands, (size_t)n * sizeof *c);
+        if (!c)
+            return -1;
+        s->cands = c;
+        s->cand_cap = n;
+    }
+    for (int i = 0; i < n; i++) {
+        s->cands[i].id = ids[i];
+        s->cands[i].logit = scaled[i];
+    }
+    return finish(s, s->cands, n);
+}
+
+/* From the candidates (logit / temperature, any order): the filters and the draw. */
+static int32_t finish(engine_sampler *s, cand *c, int n)
+{
     qsort(c, (size_t)n, sizeof *c, by_logit_desc);
     if (s->p.top_k > 0 && s->p.top_k < n)
         n = s->p.top_k;

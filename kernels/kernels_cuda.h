@@ -115,6 +115,15 @@ int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, in
 int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n);
 
 /*
+ * The sampling candidates of x[n]: every i with x[i] / temperature >=
+ * max(x) / temperature - 50, written (in no particular order) as ids and
+ * x[i] / temperature, at most cap of them; *count gets how many there were
+ * (more than cap means the list is incomplete).
+ */
+int launch_sample_candidates(launch_ctx *c, const float *x, int n, float temperature, int cap, int32_t *count,
+                             int32_t *ids, float *vals);
+
+/*
  * Matrix-vector product for one token (decode), bound by reading W once:
  *   y[rows] (= or +=) W[rows, cols] . in(x) (+ bias)
  * where in(x) is prepared once per block in shared memory from

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "engine/model.h"
 #include "test_util.h"
 
 #define V 8
@@ -122,6 +123,34 @@ int main(void)
     CHECK(memcmp(a, b, sizeof a) == 0);
     CHECK(memcmp(a, c, sizeof a) != 0);
     engine_sampler_free(s1), engine_sampler_free(s2), engine_sampler_free(s3);
+
+    /* From a candidate list (what the GPU brings back: logits / temperature
+     * within 50 nats of the best, in any order) the draws are those of the
+     * full logits, same seed, same filters. */
+    {
+        enum { NV = 3000 };
+        static float big[NV], scaled[NV];
+        static int32_t ids[NV];
+        for (int i = 0; i < NV; i++)
+            big[i] = (float)(((i * 7919) % 1000) * 0.04 - 20.0);
+        const float temp = 0.7f;
+        float mx = big[0];
+        for (int i = 1; i < NV; i++)
+            mx = big[i] > mx ? big[i] : mx;
+        int n = 0;
+        for (int i = NV - 1; i >= 0; i--) /* reversed: order must not matter */
+            if (big[i] / temp >= mx / temp - 50.0f) {
+                ids[n] = i;
+                scaled[n++] = big[i] / temp;
+            }
+        CHECK(n > 100 && n < NV);
+        engine_sampler *f = make(temp, 40, 0.9f, 0.01f, 1.0f, 99), *g = make(temp, 40, 0.9f, 0.01f, 1.0f, 99);
+        int same = 0;
+        for (int i = 0; i < 500; i++)
+            same += engine_sampler_sample(f, big, NV, NULL, 0) == sampler_sample_candidates(g, ids, scaled, n);
+        CHECK_MSG(same == 500, "candidate draws differ from full-logit draws at %d of 500", 500 - same);
+        engine_sampler_free(f), engine_sampler_free(g);
+    }
 
     /* Repetition penalty: a positive logit is divided, a negative multiplied, once per distinct token. */
     s = make(0.0f, 0, 1.0f, 0.0f, 2.0f, 1);

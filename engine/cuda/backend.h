@@ -36,6 +36,17 @@ void cuda_session_free(cuda_session *cs);
 engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool want_logits, int32_t *argmax,
                            err_buf *e);
 
+/*
+ * After cuda_forward: the sampling candidates of the last logits at this
+ * temperature (see launch_sample_candidates), in pinned host buffers valid
+ * until the next call. Returns how many, more than CAND_MAX (4096) when the
+ * list did not fit (then use cuda_copy_logits), or -1 with e set.
+ */
+int cuda_sample_candidates(engine_session *s, float temperature, const int32_t **ids, const float **vals, err_buf *e);
+
+/* Copy the last logits to s->logits. */
+engine_status cuda_copy_logits(engine_session *s, err_buf *e);
+
 /* Device figures for the memory report. */
 void cuda_memory(const engine_session *s, engine_memory_report *r);
 

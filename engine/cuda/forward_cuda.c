@@ -194,3 +194,44 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
         *argmax = cs->h_step[STEP_ARGMAX];
     return ENGINE_OK;
 }
+
+int cuda_sample_candidates(engine_session *s, float temperature, const int32_t **ids, const float **vals, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    cudaStream_t st = cs->lc.stream;
+    if (launch_sample_candidates(&cs->lc, cs->logits, s->model->cfg.vocab_size, temperature, CAND_MAX,
+                                 cs->step + STEP_COUNT, cs->cand_ids, cs->cand_vals) != 0) {
+        cuda_launch_error(cs, e);
+        return -1;
+    }
+    cudaError_t ce = cudaMemcpyAsync(cs->h_step + STEP_COUNT, cs->step + STEP_COUNT, sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, st);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(st);
+    const int n = cs->h_step[STEP_COUNT];
+    if (ce == cudaSuccess && n > 0 && n <= CAND_MAX) {
+        ce = cudaMemcpyAsync(cs->h_cand_ids, cs->cand_ids, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpyAsync(cs->h_cand_vals, cs->cand_vals, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost,
+                                 st);
+        if (ce == cudaSuccess)
+            ce = cudaStreamSynchronize(st);
+    }
+    if (ce != cudaSuccess) {
+        err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+        return -1;
+    }
+    *ids = cs->h_cand_ids;
+    *vals = cs->h_cand_vals;
+    return n;
+}
+
+engine_status cuda_copy_logits(engine_session *s, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    cudaError_t ce = cudaMemcpyAsync(s->logits, cs->logits, (size_t)s->model->cfg.vocab_size * sizeof(float),
+                                     cudaMemcpyDeviceToHost, cs->lc.stream);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(cs->lc.stream);
+    return ce == cudaSuccess ? ENGINE_OK : err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+}

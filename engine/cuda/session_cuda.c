@@ -47,6 +47,8 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->partial =
         carve(base, &off, launch_attention_decode_scratch(c->n_heads, c->head_dim, cs->n_splits) * sizeof(float));
     cs->ids = carve(base, &off, nb * sizeof(int32_t));
+    cs->cand_ids = carve(base, &off, CAND_MAX * sizeof(int32_t));
+    cs->cand_vals = carve(base, &off, CAND_MAX * sizeof(float));
     cs->step = carve(base, &off, STEP_INTS * sizeof(int32_t));
     return off;
 }
@@ -99,6 +101,10 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
         ce = cudaMallocHost((void **)&cs->h_ids, (size_t)s->n_batch * sizeof(int32_t));
     if (ce == cudaSuccess)
         ce = cudaMallocHost((void **)&cs->h_step, STEP_INTS * sizeof(int32_t));
+    if (ce == cudaSuccess)
+        ce = cudaMallocHost((void **)&cs->h_cand_ids, CAND_MAX * sizeof(int32_t));
+    if (ce == cudaSuccess)
+        ce = cudaMallocHost((void **)&cs->h_cand_vals, CAND_MAX * sizeof(float));
     if (ce != cudaSuccess) {
         cuda_session_free(cs);
         return err_set(e, ENGINE_ERR_CUDA, "CUDA session: %s", cudaGetErrorString(ce));
@@ -143,6 +149,10 @@ void cuda_session_free(cuda_session *cs)
         cudaFreeHost(cs->h_ids);
     if (cs->h_step)
         cudaFreeHost(cs->h_step);
+    if (cs->h_cand_ids)
+        cudaFreeHost(cs->h_cand_ids);
+    if (cs->h_cand_vals)
+        cudaFreeHost(cs->h_cand_vals);
     arena_free(cs->cm->arena, cs->act_region);
     arena_free(cs->cm->arena, cs->kv);
     free(cs);

@@ -46,7 +46,8 @@ struct cuda_model {
 };
 
 /* Device ints a decode step reads and writes; one copy in, one copy out. */
-enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_INTS = 4 };
+enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_COUNT = 3, STEP_INTS = 4 };
+#define CAND_MAX 4096 /* sampling candidates copied to the host at most */
 
 struct cuda_session {
     cuda_model *cm;
@@ -67,6 +68,10 @@ struct cuda_session {
     float *rope_sin;      /* [n_ctx, hd/2]                               */
     float *partial;       /* decode attention split results              */
     int32_t *ids;         /* [n_batch]                                   */
+    int32_t *cand_ids;    /* [CAND_MAX] sampling candidates              */
+    float *cand_vals;     /* [CAND_MAX]                                  */
+    int32_t *h_cand_ids;  /* pinned host copies of the above             */
+    float *h_cand_vals;
     int32_t *step;        /* [STEP_INTS]                                 */
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
