@@ -89,7 +89,8 @@ int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
  * The token is at position *pos (device) and the cache holds positions
  * 0 .. *pos. q [nh*hd] fp32; k/v cache [n_ctx, nkv*hd] (kvt); out [nh*hd]
  * (ot). window > 0: only the last `window` positions (itself included).
- * partial: scratch of launch_attention_decode_scratch(nh, hd, n_splits) floats.
+ * partial: scratch of launch_attention_decode_scratch(nh, hd, n_splits) floats
+ * (needed even for one split). At most 32 q heads per kv head.
  * n_splits is fixed when the graph is captured; each split takes an equal
  * share of whatever length the position gives.
  */
@@ -111,8 +112,9 @@ int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *
 /* h[n, ffn] (ht) = silu(gu[t, j]) * gu[t, ffn + j]; gu [n, 2*ffn] fp32 (gate then up per row). */
 int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, int ffn);
 
-/* *out = index of the largest of x[n] (the lowest index among equals). */
-int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n);
+/* *out = index of the largest of x[n] (the lowest index among equals); scratch of launch_argmax_scratch() bytes. */
+size_t launch_argmax_scratch(void);
+int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n, void *scratch);
 
 /*
  * The sampling candidates of x[n]: every i with x[i] / temperature >=
@@ -129,10 +131,10 @@ int launch_sample_candidates(launch_ctx *c, const float *x, int n, float tempera
  * where in(x) is prepared once per block in shared memory from
  *   GEMV_IN_F32:     x [cols] fp32
  *   GEMV_IN_RMSNORM: x [cols] fp32, RMS-normalised and scaled by norm[cols]
- *   GEMV_IN_SWIGLU:  x [2*cols] fp32, silu(x[j]) * x[cols + j]
- * so that a norm or gate never costs a launch of its own.
+ * and with glu_out the gate and up rows are paired into silu(gate) * up,
+ * so that neither a norm nor the gate costs a launch of its own.
  */
-typedef enum gemv_input { GEMV_IN_F32 = 0, GEMV_IN_RMSNORM = 1, GEMV_IN_SWIGLU = 2 } gemv_input;
+typedef enum gemv_input { GEMV_IN_F32 = 0, GEMV_IN_RMSNORM = 1 } gemv_input;
 typedef struct gemv_args {
     float *y;
     bool accumulate;     /* y += ... (residual) instead of y = ...  */
@@ -144,6 +146,7 @@ typedef struct gemv_args {
     const float *x;
     const float *norm;   /* [cols], GEMV_IN_RMSNORM                 */
     float eps;
+    bool glu_out;        /* rows = 2*h (gate rows, then up rows): y[h] = silu(gate + b) * (up + b) */
 } gemv_args;
 int launch_gemv(launch_ctx *c, const gemv_args *a);
 

@@ -205,7 +205,7 @@ static void test_rmsnorm_swiglu_bias(launch_ctx *lc)
 
 static void test_argmax(launch_ctx *lc)
 {
-    static const int sizes[] = {1, 7, 512, 128256, 262144};
+    static const int sizes[] = {1, 7, 512, 513, 65537, 128256, 151936, 262144};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         const int n = sizes[si];
         float *x = malloc((size_t)n * sizeof *x);
@@ -219,10 +219,11 @@ static void test_argmax(launch_ctx *lc)
         }
         float *dx = dev_copy(x, (size_t)n);
         int32_t *dout = dev_alloc(sizeof(int32_t)), got = -1;
-        CHECK_MSG(launch_argmax(lc, dout, dx, n) == 0, "%s", lc->err);
+        void *scratch = dev_alloc(launch_argmax_scratch());
+        CHECK_MSG(launch_argmax(lc, dout, dx, n, scratch) == 0, "%s", lc->err);
         cudaMemcpy(&got, dout, sizeof got, cudaMemcpyDeviceToHost);
         CHECK_MSG(got == want, "argmax n %d: %d, want %d", n, got, want);
-        cudaFree(dx), cudaFree(dout), free(x);
+        cudaFree(dx), cudaFree(dout), cudaFree(scratch), free(x);
     }
 }
 
@@ -377,7 +378,7 @@ static void *dev_weight(k_dtype t, size_t n, float *vals, k_weight *hw)
 static void check_gemv(launch_ctx *lc, k_dtype t, int rows, int cols, gemv_input in, bool acc, bool with_bias)
 {
     const size_t nw = (size_t)rows * cols;
-    const int xn = in == GEMV_IN_SWIGLU ? 2 * cols : cols;
+    const int xn = cols;
     float *wv = malloc(nw * sizeof *wv), *x = malloc((size_t)xn * sizeof *x), *norm = malloc((size_t)cols * sizeof *norm);
     float *bias = malloc((size_t)rows * sizeof *bias), *y0 = malloc((size_t)rows * sizeof *y0);
     float *got = malloc((size_t)rows * sizeof *got), *xin = malloc((size_t)xn * sizeof *xin);
@@ -402,8 +403,6 @@ static void check_gemv(launch_ctx *lc, k_dtype t, int rows, int cols, gemv_input
     k_weight nwt = {norm, K_F32, 1, cols}, bwt = {bias, K_F32, 1, rows}, none = {NULL, K_F32, 0, 0};
     if (in == GEMV_IN_RMSNORM)
         k_rmsnorm(&kc, xin, x, 1, cols, &nwt, 1e-5f);
-    else if (in == GEMV_IN_SWIGLU)
-        k_swiglu(&kc, xin, x + cols, (size_t)cols);
     float *ref = malloc((size_t)rows * sizeof *ref);
     k_matmul(&kc, ref, xin, 1, &hw, with_bias ? &bwt : &none);
     double *refd = malloc((size_t)rows * sizeof *refd);
@@ -428,6 +427,36 @@ static void check_gemv(launch_ctx *lc, k_dtype t, int rows, int cols, gemv_input
     free(y0);
     free(got);
     free(xin);
+}
+
+/* The gated output (decode's gate/up product): silu(W_gate x + b) * (W_up x + b) from stacked rows. */
+static void check_gemv_glu(launch_ctx *lc, k_dtype t, int half, int cols, bool with_bias)
+{
+    const int rows = 2 * half;
+    const size_t nw = (size_t)rows * cols;
+    float *wv = malloc(nw * sizeof *wv), *x = malloc((size_t)cols * sizeof *x), *norm = malloc((size_t)cols * sizeof *norm);
+    float *bias = malloc((size_t)rows * sizeof *bias), *xin = malloc((size_t)cols * sizeof *xin);
+    float *gu = malloc((size_t)rows * sizeof *gu);
+    k_weight hw = {NULL, t, rows, cols};
+    void *dw = dev_weight(t, nw, wv, &hw);
+    fill(x, (size_t)cols, 2.0);
+    fill(norm, (size_t)cols, 1.0);
+    fill(bias, (size_t)rows, 1.0);
+    float *dx = dev_copy(x, (size_t)cols), *dn = dev_copy(norm, (size_t)cols), *db = dev_copy(bias, (size_t)rows);
+    float *dy = dev_alloc((size_t)half * sizeof(float));
+    gemv_args a = {.y = dy, .w = dw, .wt = t, .rows = rows, .cols = cols, .bias = with_bias ? db : NULL,
+                   .in = GEMV_IN_RMSNORM, .x = dx, .norm = dn, .eps = 1e-5f, .glu_out = true};
+    CHECK_MSG(launch_gemv(lc, &a) == 0, "gemv glu: %s", lc->err);
+    float *got = host_f32(dy, K_F32, (size_t)half);
+    k_ctx kc = cpu_ctx(cols);
+    k_weight nwt = {norm, K_F32, 1, cols}, bwt = {bias, K_F32, 1, rows}, none = {NULL, K_F32, 0, 0};
+    k_rmsnorm(&kc, xin, x, 1, cols, &nwt, 1e-5f);
+    k_matmul(&kc, gu, xin, 1, &hw, with_bias ? &bwt : &none);
+    k_swiglu(&kc, gu, gu + half, (size_t)half);
+    double e = rel_err_f(got, gu, (size_t)half);
+    CHECK_MSG(e < 2e-5, "gemv glu %s %dx%d bias %d: error %.2e", dtype_name(t), rows, cols, with_bias, e);
+    free(kc.scratch), free(got), free((void *)hw.data), free(wv), free(x), free(norm), free(bias), free(xin), free(gu);
+    cudaFree(dw), cudaFree(dx), cudaFree(dn), cudaFree(db), cudaFree(dy);
 }
 
 static void check_gemm(launch_ctx *lc, k_dtype t, int n, int rows, int cols, bool acc)
@@ -479,9 +508,13 @@ static void test_matrix_products(launch_ctx *lc)
         const k_dtype t = types[ti];
         static const int shapes[][2] = {{1, 8}, {3, 64}, {37, 64}, {100, 172}, {513, 2048}, {300, 14336}};
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int in = 0; in < 3; in++)
-                check_gemv(lc, t, shapes[s][0], shapes[s][1], (gemv_input)in, in == 1, in != 0);
+            for (int in = 0; in < 4; in++) /* both inputs, with and without accumulate + bias */
+                check_gemv(lc, t, shapes[s][0], shapes[s][1], (gemv_input)(in & 1), in >= 2, in >= 2);
         check_gemv(lc, t, 4096, 4096, GEMV_IN_RMSNORM, false, false);
+        check_gemv_glu(lc, t, 1, 8, true);
+        check_gemv_glu(lc, t, 86, 64, false);
+        check_gemv_glu(lc, t, 172, 64, true);
+        check_gemv_glu(lc, t, 8192, 2048, true);
         static const int gshapes[][3] = {{1, 64, 64}, {5, 192, 64}, {64, 128, 256}, {300, 512, 1024}, {17, 96, 172}};
         for (size_t s = 0; s < sizeof gshapes / sizeof gshapes[0]; s++)
             for (int acc = 0; acc < 2; acc++)

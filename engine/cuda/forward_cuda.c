@@ -59,7 +59,7 @@ static int head(cuda_session *cs, const engine_session *s, int n)
                    .in = GEMV_IN_RMSNORM, .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm,
                    .eps = (float)c->rms_eps};
     TRY(launch_gemv(lc, &g));
-    return launch_argmax(lc, cs->step + STEP_ARGMAX, cs->logits, c->vocab_size);
+    return launch_argmax(lc, cs->step + STEP_ARGMAX, cs->logits, c->vocab_size, cs->argmax_scratch);
 }
 
 /* One token: every launch here is captured into the decode graph. */
@@ -87,10 +87,11 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
                        .bias = D->b_o, .in = GEMV_IN_F32, .x = cs->att};
         TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .w = D->w_gu, .wt = wt, .rows = 2 * c->ffn_dim, .cols = dim,
-                        .bias = D->b_gu, .in = GEMV_IN_RMSNORM, .x = cs->x, .norm = D->ffn_norm, .eps = eps};
+                        .bias = D->b_gu, .in = GEMV_IN_RMSNORM, .x = cs->x, .norm = D->ffn_norm, .eps = eps,
+                        .glu_out = true};
         TRY(launch_gemv(lc, &gu));
         gemv_args down = {.y = cs->x, .accumulate = true, .w = D->w_down, .wt = wt, .rows = dim,
-                          .cols = c->ffn_dim, .bias = D->b_down, .in = GEMV_IN_SWIGLU, .x = cs->gu};
+                          .cols = c->ffn_dim, .bias = D->b_down, .in = GEMV_IN_F32, .x = cs->gu};
         TRY(launch_gemv(lc, &down));
     }
     return head(cs, s, 1);

@@ -46,6 +46,7 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->rope_sin = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float));
     cs->partial =
         carve(base, &off, launch_attention_decode_scratch(c->n_heads, c->head_dim, cs->n_splits) * sizeof(float));
+    cs->argmax_scratch = carve(base, &off, launch_argmax_scratch());
     cs->ids = carve(base, &off, nb * sizeof(int32_t));
     cs->cand_ids = carve(base, &off, CAND_MAX * sizeof(int32_t));
     cs->cand_vals = carve(base, &off, CAND_MAX * sizeof(float));
@@ -70,8 +71,9 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->lc.n_sms = cs->cm->n_sms;
     cs->lc.workspace_bytes = WORKSPACE_BYTES;
     /* Enough splits of the KV length to give every multiprocessor two
-     * blocks in decode attention, never splits of under 64 positions. */
-    int splits = 2 * cs->lc.n_sms / c->n_heads;
+     * blocks in decode attention (a block per kv head and split), never
+     * splits of under 64 positions of the full context. */
+    int splits = 2 * cs->lc.n_sms / c->n_kv_heads;
     if (splits > s->n_ctx / 64)
         splits = s->n_ctx / 64;
     cs->n_splits = splits < 1 ? 1 : splits > 32 ? 32 : splits;

@@ -67,6 +67,7 @@ struct cuda_session {
     float *rope_cos;      /* [n_ctx, hd/2]                               */
     float *rope_sin;      /* [n_ctx, hd/2]                               */
     float *partial;       /* decode attention split results              */
+    void *argmax_scratch; /* launch_argmax_scratch() bytes               */
     int32_t *ids;         /* [n_batch]                                   */
     int32_t *cand_ids;    /* [CAND_MAX] sampling candidates              */
     float *cand_vals;     /* [CAND_MAX]                                  */

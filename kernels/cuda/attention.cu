@@ -1,8 +1,8 @@
 /*
  * attention.cu: causal grouped-query attention against the KV cache, for a
- * prompt batch (prefill) and for one token (decode), with one kernel.
+ * prompt batch (prefill) and for one token (decode).
  *
- * A block takes up to 16 queries of one head and walks its keys in tiles of
+ * Prefill: a block takes up to 16 queries of one head and walks its keys in tiles of
  * 32 staged in shared memory (fp32), with an online softmax: the score
  * matrix never exists in memory. Within a warp, lane j scores key j of the
  * tile for the warp's 4 queries at once (each K element read from shared
@@ -10,8 +10,8 @@
  * the head's dimensions over the tile's 32 weights.
  *
  * Decode has one query, so its parallelism comes from splitting the keys
- * (flash-decoding): grid.z blocks each take an equal share of the positions
- * and write their running max, sum and unnormalised output; a second kernel
+ * (flash-decoding): blocks each take an equal share of the positions and
+ * write their running max, sum and unnormalised output; a second kernel
  * combines them. The position is read from device memory so the decode
  * graph can be replayed at every position.
  */
@@ -60,8 +60,8 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, int k
 }
 
 template <typename T, int E> /* E: dimensions per lane, head_dim <= 32 * E */
-__global__ void k_attention(void *out, k_dtype ot, float *partial, const float *q, const T *kc, const T *vc,
-                            const int *pos_dev, int pos0, int n, int nh, int nkv, int hd, int window)
+__global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, const T *vc, int pos0, int n, int nh,
+                            int nkv, int hd, int window)
 {
     extern __shared__ float sm[];
     float *Qs = sm;                          /* [hd][ATT_BQ], scaled       */
@@ -70,8 +70,6 @@ __global__ void k_attention(void *out, k_dtype ot, float *partial, const float *
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nthreads = blockDim.x;
     const int tq0 = blockIdx.x * ATT_BQ, h = blockIdx.y, kvh = h / (nh / nkv);
     const int kvd = nkv * hd;
-    if (pos_dev)
-        pos0 = *pos_dev;
     const float scale = rsqrtf((float)hd);
 
     for (int i = threadIdx.x; i < ATT_BQ * hd; i += nthreads) {
@@ -81,14 +79,7 @@ __global__ void k_attention(void *out, k_dtype ot, float *partial, const float *
     /* Keys this block needs: from the first query's window start to the last query. */
     const int last_t = min(tq0 + ATT_BQ, n) - 1;
     const int hi = pos0 + last_t;
-    int lo = window > 0 ? max(0, pos0 + tq0 - window + 1) : 0;
-    int end = hi + 1;
-    if (gridDim.z > 1) { /* decode split: an equal share of [lo, hi] */
-        const int len = hi + 1 - lo, share = (len + gridDim.z - 1) / gridDim.z;
-        const int a = lo + blockIdx.z * share;
-        end = min(a + share, hi + 1);
-        lo = a;
-    }
+    const int lo = window > 0 ? max(0, pos0 + tq0 - window + 1) : 0, end = hi + 1;
 
     float m[4], l[4], acc[4][E];
 #pragma unroll
@@ -162,18 +153,6 @@ __global__ void k_attention(void *out, k_dtype ot, float *partial, const float *
         const int t = tq0 + warp * 4 + i;
         if (t >= n)
             continue;
-        if (gridDim.z > 1) { /* partial [nh][splits][hd + 2]: out, then max and sum */
-            float *pp = partial + ((size_t)h * gridDim.z + blockIdx.z) * (hd + 2);
-#pragma unroll
-            for (int e = 0; e < E; e++)
-                if (lane * E + e < hd)
-                    pp[lane * E + e] = acc[i][e];
-            if (lane == 0) {
-                pp[hd] = m[i];
-                pp[hd + 1] = l[i];
-            }
-            continue;
-        }
         const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
         const size_t o = ((size_t)t * nh + h) * hd;
 #pragma unroll
@@ -189,6 +168,101 @@ __global__ void k_attention(void *out, k_dtype ot, float *partial, const float *
             else
                 static_cast<__nv_bfloat16 *>(out)[o + d] = __float2bfloat16_rn(r);
         }
+    }
+}
+
+/*
+ * Decode: one new token. A block takes one kv head and one share of the
+ * positions; its warps are the q heads of that kv head (GQA), so the K and
+ * V rows come from memory once and from L1 for the other heads. Within a
+ * warp the lanes split the head's dimensions; keys go in groups of
+ * DEC_KEYS whose loads are all issued before the first is used, and whose
+ * dot products reduce side by side.
+ */
+#define DEC_KEYS 8
+
+template <typename T, int E>
+__device__ __forceinline__ void load_row(float (&out)[E], const T *row, int lane, int hd)
+{
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int d = lane * E + e;
+        out[e] = d < hd ? to_f32(row[d]) : 0.0f;
+    }
+}
+
+template <typename T, int E>
+__global__ void k_attention_decode(float *partial, const float *q, const T *kc, const T *vc, const int *pos_dev,
+                                   int nh, int nkv, int hd, int window)
+{
+    const int kvh = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = kvh * (nh / nkv) + warp, kvd = nkv * hd;
+    const int pos = *pos_dev;
+    const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
+    const int share = (len + splits - 1) / splits;
+    const int lo = lo0 + split * share, end = min(lo + share, pos + 1);
+    const float scale = rsqrtf((float)hd);
+
+    float qv[E], acc[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int d = lane * E + e;
+        qv[e] = d < hd ? q[(size_t)h * hd + d] * scale : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int k0 = lo; k0 < end; k0 += DEC_KEYS) {
+        float kr[DEC_KEYS][E], vr[DEC_KEYS][E];
+#pragma unroll
+        for (int j = 0; j < DEC_KEYS; j++) {
+            const int key = min(k0 + j, end - 1); /* past the end: re-read the last, weight 0 below */
+            const size_t at = (size_t)key * kvd + (size_t)kvh * hd;
+            load_row<T, E>(kr[j], kc + at, lane, hd);
+            load_row<T, E>(vr[j], vc + at, lane, hd);
+        }
+        float sc[DEC_KEYS];
+#pragma unroll
+        for (int j = 0; j < DEC_KEYS; j++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                d += qv[e] * kr[j][e];
+            sc[j] = d;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int j = 0; j < DEC_KEYS; j++)
+                sc[j] += __shfl_xor_sync(0xffffffffu, sc[j], o);
+        float mx = m;
+#pragma unroll
+        for (int j = 0; j < DEC_KEYS; j++)
+            if (k0 + j < end)
+                mx = fmaxf(mx, sc[j]);
+        const float corr = expf(m - mx);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            acc[e] *= corr;
+#pragma unroll
+        for (int j = 0; j < DEC_KEYS; j++) {
+            const float p = k0 + j < end ? expf(sc[j] - mx) : 0.0f;
+            l += p;
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                acc[e] += p * vr[j][e];
+        }
+        m = mx;
+    }
+    float *pp = partial + ((size_t)h * splits + split) * (hd + 2);
+#pragma unroll
+    for (int e = 0; e < E; e++)
+        if (lane * E + e < hd)
+            pp[lane * E + e] = acc[e];
+    if (lane == 0) {
+        pp[hd] = m;
+        pp[hd + 1] = l;
     }
 }
 
@@ -219,13 +293,11 @@ __global__ void k_attention_combine(O *out, const float *partial, int splits, in
 }
 
 template <typename T>
-static int run(launch_ctx *c, void *out, k_dtype ot, float *partial, const float *q, const void *kc, const void *vc,
-               const int *pos_dev, int pos0, int n, int nh, int nkv, int hd, int window, int splits)
+static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc, int pos0,
+                       int n, int nh, int nkv, int hd, int window)
 {
     const size_t smem = ((size_t)hd * ATT_BQ + ATT_BK * (hd + 1) + ATT_BK * hd) * sizeof(float);
-    const dim3 grid(ceil_div(n, ATT_BQ), (unsigned)nh, (unsigned)splits);
-    /* Decode has one query, so one warp computes; all four load the tiles. */
-    const int threads = 128;
+    const dim3 grid(ceil_div(n, ATT_BQ), (unsigned)nh);
     const T *k = static_cast<const T *>(kc), *v = static_cast<const T *>(vc);
     const int e = (hd + 31) / 32;
 #define ATT_LAUNCH(EV)                                                                                        \
@@ -233,7 +305,7 @@ static int run(launch_ctx *c, void *out, k_dtype ot, float *partial, const float
         auto kern = k_attention<T, EV>;                                                                       \
         if (smem > 48 * 1024)                                                                                 \
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);               \
-        kern<<<grid, threads, smem, c->stream>>>(out, ot, partial, q, k, v, pos_dev, pos0, n, nh, nkv, hd, window); \
+        kern<<<grid, 128, smem, c->stream>>>(out, ot, q, k, v, pos0, n, nh, nkv, hd, window);                 \
     } while (0)
     switch (e) {
     case 1: ATT_LAUNCH(1); break;
@@ -244,7 +316,24 @@ static int run(launch_ctx *c, void *out, k_dtype ot, float *partial, const float
     default: ATT_LAUNCH(8); break;
     }
 #undef ATT_LAUNCH
-    return launch_check(c, "attention");
+    return launch_check(c, "attention_prefill");
+}
+
+template <typename T>
+static void run_decode(launch_ctx *c, float *partial, const float *q, const void *kc, const void *vc, const int *pos,
+                       int nh, int nkv, int hd, int window, int splits)
+{
+    const dim3 grid((unsigned)nkv, (unsigned)splits), block(32u * (unsigned)(nh / nkv));
+    const T *k = static_cast<const T *>(kc), *v = static_cast<const T *>(vc);
+    switch ((hd + 31) / 32) {
+    case 1: k_attention_decode<T, 1><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
+    case 2: k_attention_decode<T, 2><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
+    case 3: k_attention_decode<T, 3><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
+    case 4: k_attention_decode<T, 4><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
+    case 5:
+    case 6: k_attention_decode<T, 6><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
+    default: k_attention_decode<T, 8><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
+    }
 }
 
 static int check_args(launch_ctx *c, const void *out, const float *q, const void *kc, const void *vc, int n, int nh,
@@ -265,15 +354,14 @@ extern "C" int launch_attention_decode(launch_ctx *c, void *out, k_dtype ot, con
                                        int head_dim, int window, int n_splits, float *partial)
 {
     if (check_args(c, out, q, k_cache, v_cache, 1, n_heads, n_kv_heads, head_dim) || !pos || n_splits < 1 ||
-        n_splits > 1024 || (n_splits > 1 && !partial))
+        n_splits > 1024 || !partial)
         return launch_fail(c, "attention_decode: bad arguments (%d splits)", n_splits);
-    DISPATCH_TYPE(kvt, T, {
-        if (run<T>(c, out, ot, partial, q, k_cache, v_cache, pos, 0, 1, n_heads, n_kv_heads, head_dim, window,
-                   n_splits))
-            return -1;
-    });
-    if (n_splits == 1)
-        return 0;
+    if (n_heads / n_kv_heads > 32)
+        return launch_fail(c, "attention_decode: %d q heads per kv head (at most 32)", n_heads / n_kv_heads);
+    DISPATCH_TYPE(kvt, T, run_decode<T>(c, partial, q, k_cache, v_cache, pos, n_heads, n_kv_heads, head_dim, window,
+                                        n_splits));
+    if (launch_check(c, "attention_decode"))
+        return -1;
     DISPATCH_TYPE(ot, O, k_attention_combine<O><<<n_heads, 128, 0, c->stream>>>(static_cast<O *>(out), partial,
                                                                                 n_splits, head_dim));
     return launch_check(c, "attention_decode combine");
@@ -285,7 +373,7 @@ extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, co
 {
     if (check_args(c, out, q, k_cache, v_cache, n, n_heads, n_kv_heads, head_dim) || pos0 < 0)
         return -1;
-    DISPATCH_TYPE(kvt, T, return run<T>(c, out, ot, NULL, q, k_cache, v_cache, NULL, pos0, n, n_heads, n_kv_heads,
-                                        head_dim, window, 1));
+    DISPATCH_TYPE(kvt, T, return run_prefill<T>(c, out, ot, q, k_cache, v_cache, pos0, n, n_heads, n_kv_heads,
+                                                head_dim, window));
     return 0;
 }

@@ -3,10 +3,13 @@
  *
  * Decode reads every weight once per token, so this kernel is the token
  * rate: it must stream W at the memory bandwidth. Each block first builds
- * the input vector in shared memory as fp32 (plain, RMS-normalised, or the
- * SwiGLU of gate and up: the step before the product costs no launch and no
- * round trip through memory), then each warp walks its rows with 16-byte
- * loads, several in flight per lane, and reduces with shuffles.
+ * the input vector in shared memory as fp32 (plain or RMS-normalised: the
+ * norm costs no launch and no round trip through memory), then each warp
+ * walks its rows with 16-byte loads, several in flight per lane, and
+ * reduces with shuffles. The gate/up product pairs gate row j with up row
+ * j in one warp and writes silu(gate) * up, so SwiGLU needs no launch
+ * either (measured better than staging the SwiGLU as the next product's
+ * input, which read 2 x 57 KB per block of the 8B down projection).
  */
 #include "common.cuh"
 
@@ -39,13 +42,7 @@ __device__ void stage_input(float *xs, const float *x, const float *norm, int co
 #pragma unroll 4
         for (int j = threadIdx.x; j < n4; j += blockDim.x) {
             float4 v = x4[j];
-            if (IN == GEMV_IN_SWIGLU) {
-                const float4 u = x4[n4 + j];
-                v.x = v.x / (1.0f + __expf(-v.x)) * u.x;
-                v.y = v.y / (1.0f + __expf(-v.y)) * u.y;
-                v.z = v.z / (1.0f + __expf(-v.z)) * u.z;
-                v.w = v.w / (1.0f + __expf(-v.w)) * u.w;
-            } else if (IN == GEMV_IN_RMSNORM) {
+            if (IN == GEMV_IN_RMSNORM) {
                 /* The norm weight goes in now; the 1/rms factor once it is known. */
                 const float4 g = reinterpret_cast<const float4 *>(norm)[j];
                 ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
@@ -59,9 +56,7 @@ __device__ void stage_input(float *xs, const float *x, const float *norm, int co
     } else {
         for (int j = threadIdx.x; j < cols; j += blockDim.x) {
             float v = x[j];
-            if (IN == GEMV_IN_SWIGLU) {
-                v = v / (1.0f + __expf(-v)) * x[cols + j];
-            } else if (IN == GEMV_IN_RMSNORM) {
+            if (IN == GEMV_IN_RMSNORM) {
                 ss += v * v;
                 v *= norm[j];
             }
@@ -107,31 +102,35 @@ template <typename T> struct chunk<T, 1> {
  * and the first step's loads go out before the input is staged: a warp
  * never waits on memory with nothing in flight.
  */
-template <typename T, int VEC, int IN>
+template <typename T, int VEC, int IN, bool GLU>
 __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
     extern __shared__ float xs[];
     typedef chunk<T, VEC> C;
+    /* GLU: each output pairs gate row j with up row half + j. */
+    constexpr int R = GLU ? 2 : GEMV_ROWS, OUT = GLU ? 1 : GEMV_ROWS;
+    const int half = a.rows / 2, out_rows = GLU ? half : a.rows;
     const int lane = threadIdx.x & 31;
     const int warps_per_block = GEMV_THREADS / 32;
     const int warp = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
-    const int stride = gridDim.x * warps_per_block * GEMV_ROWS;
+    const int stride = gridDim.x * warps_per_block * OUT;
     const int chunks = a.cols / VEC;
     const int per_step = 32 * GEMV_UNROLL;
     const int steps = (chunks + per_step - 1) / per_step; /* per row group */
-    const int first = warp * GEMV_ROWS;
-    const int groups = first < a.rows ? (a.rows - 1 - first) / stride + 1 : 0;
+    const int first = warp * OUT;
+    const int groups = first < out_rows ? (out_rows - 1 - first) / stride + 1 : 0;
     const int total = groups * steps;
     const T *W = static_cast<const T *>(a.w);
 
-    C cur[GEMV_ROWS][GEMV_UNROLL], nxt[GEMV_ROWS][GEMV_UNROLL];
+    C cur[R][GEMV_UNROLL], nxt[R][GEMV_UNROLL];
     /* Load step k (row group k / steps, step k % steps) into buf. */
-    auto load = [&](C (&buf)[GEMV_ROWS][GEMV_UNROLL], int group, int step) {
+    auto load = [&](C (&buf)[R][GEMV_UNROLL], int group, int step) {
         const int r0 = first + group * stride;
 #pragma unroll
-        for (int r = 0; r < GEMV_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             /* A row past the end re-reads the group's first row; its sum is dropped. */
-            const T *row = W + (size_t)(r0 + r < a.rows ? r0 + r : r0) * a.cols;
+            const int ri = GLU ? r0 + r * half : (r0 + r < a.rows ? r0 + r : r0);
+            const T *row = W + (size_t)ri * a.cols;
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 const int c = step * per_step + 32 * u + lane;
@@ -148,9 +147,9 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     asm volatile("griddepcontrol.wait;" ::: "memory");
     stage_input<IN>(xs, a.x, a.norm, a.cols, a.eps);
 
-    float acc[GEMV_ROWS];
+    float acc[R];
 #pragma unroll
-    for (int r = 0; r < GEMV_ROWS; r++)
+    for (int r = 0; r < R; r++)
         acc[r] = 0.0f;
     int group = 0, step = 0;
     for (int k = 0; k < total; k++) {
@@ -160,14 +159,25 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
         else /* the last step: the next kernel may start loading its weights */
             asm volatile("griddepcontrol.launch_dependents;");
 #pragma unroll
-        for (int r = 0; r < GEMV_ROWS; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 const int c = step * per_step + 32 * u + lane;
                 if (c < chunks)
                     acc[r] += cur[r][u].dot(xs + c * VEC);
             }
-        if (ns == 0) { /* the row group is done */
+        if (ns == 0 && GLU) { /* the output is done: silu(gate) * up */
+            const int j = first + group * stride;
+            float g = warp_sum(acc[0]), u = warp_sum(acc[1]);
+            acc[0] = acc[1] = 0.0f;
+            if (lane == 0) {
+                if (a.bias) {
+                    g += a.bias[j];
+                    u += a.bias[half + j];
+                }
+                a.y[j] = g / (1.0f + expf(-g)) * u;
+            }
+        } else if (ns == 0) { /* the row group is done */
             const int r0 = first + group * stride;
 #pragma unroll
             for (int r = 0; r < GEMV_ROWS; r++) {
@@ -181,7 +191,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
             }
         }
 #pragma unroll
-        for (int r = 0; r < GEMV_ROWS; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++)
                 cur[r][u] = nxt[r][u];
@@ -190,10 +200,10 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     }
 }
 
-template <typename T, int VEC, int IN>
+template <typename T, int VEC, int IN, bool GLU>
 static int run(launch_ctx *c, const gemv_args *a, size_t smem)
 {
-    auto kern = k_gemv<T, VEC, IN>;
+    auto kern = k_gemv<T, VEC, IN, GLU>;
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return launch_fail(c, "gemv: %zu bytes of shared memory for %d columns: %s", smem, a->cols,
@@ -204,7 +214,7 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
         return launch_fail(c, "gemv: %d columns do not fit one block's shared memory", a->cols);
     /* Enough blocks to fill the chip, no more: each block pays for staging x. */
     /* One wave at most: blocks loop over row groups instead of queueing. */
-    const long needed = ceil_div(a->rows, (GEMV_THREADS / 32) * GEMV_ROWS);
+    const long needed = GLU ? ceil_div(a->rows / 2, GEMV_THREADS / 32) : ceil_div(a->rows, (GEMV_THREADS / 32) * GEMV_ROWS);
     long blocks = (long)c->n_sms * per_sm;
     if (blocks > needed)
         blocks = needed;
@@ -227,10 +237,12 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
 template <typename T, int VEC>
 static int run_input(launch_ctx *c, const gemv_args *a, size_t smem)
 {
+    if (a->glu_out)
+        return a->in == GEMV_IN_RMSNORM ? run<T, VEC, GEMV_IN_RMSNORM, true>(c, a, smem)
+                                        : run<T, VEC, GEMV_IN_F32, true>(c, a, smem);
     switch (a->in) {
-    case GEMV_IN_F32: return run<T, VEC, GEMV_IN_F32>(c, a, smem);
-    case GEMV_IN_RMSNORM: return run<T, VEC, GEMV_IN_RMSNORM>(c, a, smem);
-    case GEMV_IN_SWIGLU: return run<T, VEC, GEMV_IN_SWIGLU>(c, a, smem);
+    case GEMV_IN_F32: return run<T, VEC, GEMV_IN_F32, false>(c, a, smem);
+    case GEMV_IN_RMSNORM: return run<T, VEC, GEMV_IN_RMSNORM, false>(c, a, smem);
     }
     return launch_fail(c, "gemv: unknown input mode %d", (int)a->in);
 }
@@ -241,6 +253,8 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
         return launch_fail(c, "gemv: bad arguments (rows %d, cols %d)", a->rows, a->cols);
     if (a->in == GEMV_IN_RMSNORM && !a->norm)
         return launch_fail(c, "gemv: RMSNorm input without norm weights");
+    if (a->glu_out && (a->rows % 2 || a->accumulate))
+        return launch_fail(c, "gemv: a gated output needs an even row count and no accumulation");
     const size_t smem = (size_t)a->cols * sizeof(float);
     DISPATCH_TYPE(a->wt, T, {
         const int vec = 16 / (int)sizeof(T);
