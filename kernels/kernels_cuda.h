@@ -84,20 +84,20 @@ typedef struct rope_qkv_args {
 int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
 
 /*
- * Attention of one new token (decode), flash-decoding style: the KV length is
- * split among blocks, each keeping a running max and sum, then combined.
- * The token is at position *pos (device) and the cache holds positions
- * 0 .. *pos. q [nh*hd] fp32; k/v cache [n_ctx, nkv*hd] (kvt); out [nh*hd]
- * (ot). window > 0: only the last `window` positions (itself included).
- * partial: scratch of launch_attention_decode_scratch(nh, hd, n_splits) floats
- * (needed even for one split). At most 32 q heads per kv head.
- * n_splits is fixed when the graph is captured; each split takes an equal
- * share of whatever length the position gives.
+ * Attention of one new token (decode), flash-decoding style, with the
+ * rope_qkv step folded in: `r` is what launch_rope_qkv would take for n = 1
+ * (q_out unused); the kernel ropes q itself and writes the new k and v into
+ * the cache rows at *r->pos0 before using them. The KV length is split
+ * among blocks, each keeping a running max and sum, then combined into out
+ * [nh*hd] (ot). window > 0: only the last `window` positions (itself
+ * included). partial: scratch of launch_attention_decode_scratch(nh, hd,
+ * n_splits) floats (needed even for one split). n_splits is fixed when the
+ * graph is captured; each split takes an equal share of whatever length
+ * the position gives. At most 32 q heads per kv head.
  */
 size_t launch_attention_decode_scratch(int n_heads, int head_dim, int n_splits);
-int launch_attention_decode(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
-                            const void *v_cache, k_dtype kvt, const int *pos, int n_heads, int n_kv_heads,
-                            int head_dim, int window, int n_splits, float *partial);
+int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, void *out, k_dtype ot, int window, int n_splits,
+                            float *partial);
 
 /*
  * Causal attention of n new tokens at positions pos0 .. pos0+n-1 (host value)

@@ -314,43 +314,119 @@ static void check_attention(launch_ctx *lc, k_dtype kvt, k_dtype ot, int nh, int
     void *dk = dev_from(hk, (size_t)total * kvd * k_dtype_size(kvt)), *dv = dev_from(hv, (size_t)total * kvd * k_dtype_size(kvt));
     float *dq = dev_copy(q, (size_t)n * nh * hd);
     void *dout = dev_alloc((size_t)n * nh * hd * k_dtype_size(ot));
-    float *part = NULL;
-    int rc;
-    if (n == 1) {
-        int pos = pos0;
-        int *dpos = dev_from(&pos, sizeof pos);
-        part = dev_alloc(launch_attention_decode_scratch(nh, hd, splits) * sizeof(float));
-        rc = launch_attention_decode(lc, dout, ot, dq, dk, dv, kvt, dpos, nh, nkv, hd, window, splits, part);
-        cudaStreamSynchronize(lc->stream);
-        cudaFree(dpos);
-    } else {
-        rc = launch_attention_prefill(lc, dout, ot, dq, dk, dv, kvt, n, pos0, nh, nkv, hd, window);
-    }
+    int rc = launch_attention_prefill(lc, dout, ot, dq, dk, dv, kvt, n, pos0, nh, nkv, hd, window);
     CHECK_MSG(rc == 0, "%s", lc->err);
     float *got = host_f32(dout, ot, (size_t)n * nh * hd), *ref = malloc((size_t)n * nh * hd * sizeof *ref);
     k_ctx kc = cpu_ctx(hd);
     k_attention(&kc, ref, q, kv, vv, n, pos0, nh, nkv, hd, window);
     double e = rel_err_f(got, ref, (size_t)n * nh * hd);
-    CHECK_MSG(e < (ot == K_F32 ? 5e-5 : out_tol(ot)),
-              "attention %s->%s heads %d/%d hd %d n %d pos0 %d window %d splits %d: %.2e", dtype_name(kvt),
-              dtype_name(ot), nh, nkv, hd, n, pos0, window, splits, e);
+    CHECK_MSG(e < (ot == K_F32 ? 5e-5 : out_tol(ot)), "attention prefill %s->%s heads %d/%d hd %d n %d pos0 %d window %d: %.2e",
+              dtype_name(kvt), dtype_name(ot), nh, nkv, hd, n, pos0, window, e);
     free(got), free(ref), free(kc.scratch), free(kv), free(vv), free(hk), free(hv), free(q);
-    cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout), cudaFree(part);
+    cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout);
+}
+
+static float round_to(k_dtype t, float v)
+{
+    return t == K_F32 ? v : t == K_BF16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v));
+}
+
+/*
+ * Decode: the q/k/v projection output of the new token goes in; the kernel
+ * ropes it, stores the new k and v at row pos, and attends over 0 .. pos.
+ * CPU: bias, per-head norm, k_rope, the new row rounded to the cache type,
+ * k_attention.
+ */
+static void check_attention_decode(launch_ctx *lc, k_dtype kvt, int nh, int nkv, int hd, int pos, int window,
+                                   int splits, bool norm)
+{
+    const int total = pos + 1, kvd = nkv * hd, half = hd / 2, width = (nh + 2 * nkv) * hd;
+    const size_t es = k_dtype_size(kvt);
+    float *kv = malloc((size_t)total * kvd * sizeof *kv), *vv = malloc((size_t)total * kvd * sizeof *vv);
+    char *hk = make_weight(kvt, (size_t)total * kvd, kv, 1.5), *hv = make_weight(kvt, (size_t)total * kvd, vv, 1.0);
+    float *qkv = malloc((size_t)width * sizeof *qkv), *bias = malloc((size_t)width * sizeof *bias);
+    float *qn = malloc((size_t)hd * sizeof *qn), *kn = malloc((size_t)hd * sizeof *kn);
+    float *cs = malloc((size_t)total * half * sizeof *cs), *sn = malloc((size_t)total * half * sizeof *sn);
+    fill(qkv, (size_t)width, 2.0);
+    fill(bias, (size_t)width, 0.5);
+    fill(qn, (size_t)hd, 1.0);
+    fill(kn, (size_t)hd, 1.0);
+    for (int p = 0; p < total; p++)
+        for (int i = 0; i < half; i++) {
+            double ang = p * pow(500000.0, -2.0 * i / hd);
+            cs[p * half + i] = (float)cos(ang);
+            sn[p * half + i] = (float)sin(ang);
+        }
+    /* Device: the cache without row pos (poisoned: the kernel must write it). */
+    void *dk = dev_alloc((size_t)total * kvd * es), *dv = dev_alloc((size_t)total * kvd * es);
+    cudaMemcpy(dk, hk, (size_t)pos * kvd * es, cudaMemcpyHostToDevice);
+    cudaMemcpy(dv, hv, (size_t)pos * kvd * es, cudaMemcpyHostToDevice);
+    float *dqkv = dev_copy(qkv, (size_t)width), *db = dev_copy(bias, (size_t)width);
+    float *dqn = dev_copy(qn, (size_t)hd), *dkn = dev_copy(kn, (size_t)hd);
+    float *dcs = dev_copy(cs, (size_t)total * half), *dsn = dev_copy(sn, (size_t)total * half);
+    int *dpos = dev_from(&pos, sizeof pos);
+    float *dout = dev_alloc((size_t)nh * hd * sizeof(float));
+    float *part = dev_alloc(launch_attention_decode_scratch(nh, hd, splits) * sizeof(float));
+    rope_qkv_args a = {.qkv = dqkv, .bias = db, .q_norm = norm ? dqn : NULL, .k_norm = norm ? dkn : NULL,
+                       .eps = 1e-6f, .cos = dcs, .sin = dsn, .k_cache = dk, .v_cache = dv, .kvt = kvt,
+                       .pos0 = dpos, .n = 1, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd};
+    CHECK_MSG(launch_attention_decode(lc, &a, dout, K_F32, window, splits, part) == 0, "%s", lc->err);
+    /* CPU */
+    k_ctx kc = cpu_ctx(hd);
+    float *q = malloc((size_t)nh * hd * sizeof *q), *kn_row = kv + (size_t)pos * kvd, *vn_row = vv + (size_t)pos * kvd;
+    for (int j = 0; j < width; j++) {
+        float v = qkv[j] + bias[j];
+        if (j < nh * hd)
+            q[j] = v;
+        else if (j < nh * hd + kvd)
+            kn_row[j - nh * hd] = v;
+        else
+            vn_row[j - nh * hd - kvd] = v;
+    }
+    if (norm) {
+        k_weight wq = {qn, K_F32, 1, hd}, wk = {kn, K_F32, 1, hd};
+        k_rmsnorm(&kc, q, q, nh, hd, &wq, 1e-6f);
+        k_rmsnorm(&kc, kn_row, kn_row, nkv, hd, &wk, 1e-6f);
+    }
+    int p1[1] = {pos};
+    k_rope(&kc, q, 1, nh, hd, p1, cs, sn);
+    k_rope(&kc, kn_row, 1, nkv, hd, p1, cs, sn);
+    for (int i = 0; i < kvd; i++) {
+        kn_row[i] = round_to(kvt, kn_row[i]);
+        vn_row[i] = round_to(kvt, vn_row[i]);
+    }
+    float *ref = malloc((size_t)nh * hd * sizeof *ref);
+    k_attention(&kc, ref, q, kv, vv, 1, pos, nh, nkv, hd, window);
+    float *got = host_f32(dout, K_F32, (size_t)nh * hd);
+    float *gk = host_f32((char *)dk + (size_t)pos * kvd * es, kvt, (size_t)kvd);
+    float *gv = host_f32((char *)dv + (size_t)pos * kvd * es, kvt, (size_t)kvd);
+    double e = rel_err_f(got, ref, (size_t)nh * hd), ek = rel_err_f(gk, kn_row, (size_t)kvd);
+    double ev = rel_err_f(gv, vn_row, (size_t)kvd);
+    /* The new row can differ by one rounding step of the cache type where the
+     * fp32 values before rounding differ in the last bit. */
+    CHECK_MSG(e < (kvt == K_F32 ? 5e-5 : 2e-3) && ek < out_tol(kvt) && ev < out_tol(kvt),
+              "attention decode %s heads %d/%d hd %d pos %d window %d splits %d norm %d: out %.2e k %.2e v %.2e",
+              dtype_name(kvt), nh, nkv, hd, pos, window, splits, norm, e, ek, ev);
+    free(q), free(ref), free(got), free(gk), free(gv), free(kc.scratch), free(kv), free(vv), free(hk), free(hv);
+    free(qkv), free(bias), free(qn), free(kn), free(cs), free(sn);
+    cudaFree(dk), cudaFree(dv), cudaFree(dqkv), cudaFree(db), cudaFree(dqn), cudaFree(dkn), cudaFree(dcs);
+    cudaFree(dsn), cudaFree(dpos), cudaFree(dout), cudaFree(part);
 }
 
 static void test_attention(launch_ctx *lc)
 {
     for (int ti = 0; ti < 3; ti++) {
         const k_dtype kvt = TYPES[ti];
-        /* decode: positions from 0 to thousands, splits 1..16, windows */
-        check_attention(lc, kvt, K_F32, 8, 4, 8, 1, 0, 0, 1);
-        check_attention(lc, kvt, K_F32, 4, 2, 16, 1, 37, 0, 4);
-        check_attention(lc, kvt, K_F32, 4, 2, 32, 1, 100, 8, 3);
-        check_attention(lc, kvt, K_F32, 32, 8, 128, 1, 639, 0, 8);
-        check_attention(lc, kvt, K_F32, 32, 8, 128, 1, 3999, 0, 16);
-        check_attention(lc, kvt, kvt, 16, 16, 64, 1, 1000, 256, 7);
-        check_attention(lc, kvt, K_F32, 8, 2, 256, 1, 300, 0, 5);
-        check_attention(lc, kvt, K_F32, 4, 4, 96, 1, 50, 0, 2);
+        /* decode: positions from 0 to thousands, splits 1..16, windows, q/k norms, GQA groups up to 8 */
+        check_attention_decode(lc, kvt, 8, 4, 8, 0, 0, 1, false);
+        check_attention_decode(lc, kvt, 4, 2, 16, 37, 0, 4, true);
+        check_attention_decode(lc, kvt, 4, 2, 32, 100, 8, 3, true);
+        check_attention_decode(lc, kvt, 32, 8, 128, 639, 0, 8, false);
+        check_attention_decode(lc, kvt, 32, 8, 128, 3999, 0, 16, false);
+        check_attention_decode(lc, kvt, 16, 16, 64, 1000, 256, 7, true);
+        check_attention_decode(lc, kvt, 8, 1, 256, 300, 0, 5, true);
+        check_attention_decode(lc, kvt, 4, 4, 96, 50, 0, 2, false);
+        check_attention_decode(lc, kvt, 28, 4, 128, 200, 0, 10, false);
         /* prefill: from the start and after a cached prefix, n not a multiple of the tiles */
         check_attention(lc, kvt, kvt, 8, 4, 8, 5, 0, 0, 1);
         check_attention(lc, kvt, K_F32, 4, 2, 16, 37, 0, 0, 1);

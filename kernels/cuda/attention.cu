@@ -15,7 +15,7 @@
  * combines them. The position is read from device memory so the decode
  * graph can be replayed at every position.
  */
-#include "common.cuh"
+#include "rope.cuh"
 
 #define ATT_BQ 16  /* queries per block (4 per warp, 4 warps) */
 #define ATT_BK 32  /* keys per tile                           */
@@ -192,23 +192,42 @@ __device__ __forceinline__ void load_row(float (&out)[E], const T *row, int lane
 }
 
 template <typename T, int E>
-__global__ void k_attention_decode(float *partial, const float *q, const T *kc, const T *vc, const int *pos_dev,
-                                   int nh, int nkv, int hd, int window)
+__global__ void k_attention_decode(float *partial, rope_qkv_args a, int window)
 {
+    extern __shared__ float qs[]; /* [warps][hd]: each warp's q after RoPE */
     const int kvh = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim;
     const int h = kvh * (nh / nkv) + warp, kvd = nkv * hd;
-    const int pos = *pos_dev;
+    const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
+    const int pos = *a.pos0;
     const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
     const int share = (len + splits - 1) / splits;
     const int lo = lo0 + split * share, end = min(lo + share, pos + 1);
     const float scale = rsqrtf((float)hd);
 
+    /* The rope_qkv step for this token, here rather than in a launch of its
+     * own: every block ropes its q heads; the block whose share holds the
+     * new position also writes the new k and v into the cache first. */
+    rope_head<float>(qs + warp * hd, a.qkv + (size_t)h * hd, a.bias ? a.bias + (size_t)h * hd : NULL, a.q_norm,
+                     a.eps, a.cos, a.sin, pos, hd, true);
+    if (lo <= pos && pos < end) {
+        if (warp == 0) {
+            const size_t kh = (size_t)(nh + kvh) * hd, vh = (size_t)(nh + nkv + kvh) * hd;
+            T *krow = static_cast<T *>(a.k_cache) + (size_t)pos * kvd + (size_t)kvh * hd;
+            T *vrow = static_cast<T *>(a.v_cache) + (size_t)pos * kvd + (size_t)kvh * hd;
+            rope_head<T>(krow, a.qkv + kh, a.bias ? a.bias + kh : NULL, a.k_norm, a.eps, a.cos, a.sin, pos, hd, true);
+            rope_head<T>(vrow, a.qkv + vh, a.bias ? a.bias + vh : NULL, NULL, a.eps, a.cos, a.sin, pos, hd, false);
+        }
+        __syncthreads(); /* the new row is visible to every warp of the block */
+    }
+    __syncwarp();
+
     float qv[E], acc[E];
 #pragma unroll
     for (int e = 0; e < E; e++) {
         const int d = lane * E + e;
-        qv[e] = d < hd ? q[(size_t)h * hd + d] * scale : 0.0f;
+        qv[e] = d < hd ? qs[warp * hd + d] * scale : 0.0f;
         acc[e] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -320,19 +339,19 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
 }
 
 template <typename T>
-static void run_decode(launch_ctx *c, float *partial, const float *q, const void *kc, const void *vc, const int *pos,
-                       int nh, int nkv, int hd, int window, int splits)
+static void run_decode(launch_ctx *c, float *partial, const rope_qkv_args *a, int window, int splits)
 {
-    const dim3 grid((unsigned)nkv, (unsigned)splits), block(32u * (unsigned)(nh / nkv));
-    const T *k = static_cast<const T *>(kc), *v = static_cast<const T *>(vc);
-    switch ((hd + 31) / 32) {
-    case 1: k_attention_decode<T, 1><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
-    case 2: k_attention_decode<T, 2><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
-    case 3: k_attention_decode<T, 3><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
-    case 4: k_attention_decode<T, 4><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
+    const int g = a->n_heads / a->n_kv_heads;
+    const dim3 grid((unsigned)a->n_kv_heads, (unsigned)splits), block(32u * (unsigned)g);
+    const size_t smem = (size_t)g * a->head_dim * sizeof(float);
+    switch ((a->head_dim + 31) / 32) {
+    case 1: k_attention_decode<T, 1><<<grid, block, smem, c->stream>>>(partial, *a, window); break;
+    case 2: k_attention_decode<T, 2><<<grid, block, smem, c->stream>>>(partial, *a, window); break;
+    case 3: k_attention_decode<T, 3><<<grid, block, smem, c->stream>>>(partial, *a, window); break;
+    case 4: k_attention_decode<T, 4><<<grid, block, smem, c->stream>>>(partial, *a, window); break;
     case 5:
-    case 6: k_attention_decode<T, 6><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
-    default: k_attention_decode<T, 8><<<grid, block, 0, c->stream>>>(partial, q, k, v, pos, nh, nkv, hd, window); break;
+    case 6: k_attention_decode<T, 6><<<grid, block, smem, c->stream>>>(partial, *a, window); break;
+    default: k_attention_decode<T, 8><<<grid, block, smem, c->stream>>>(partial, *a, window); break;
     }
 }
 
@@ -349,21 +368,20 @@ extern "C" size_t launch_attention_decode_scratch(int n_heads, int head_dim, int
     return (size_t)n_heads * n_splits * (head_dim + 2);
 }
 
-extern "C" int launch_attention_decode(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
-                                       const void *v_cache, k_dtype kvt, const int *pos, int n_heads, int n_kv_heads,
-                                       int head_dim, int window, int n_splits, float *partial)
+extern "C" int launch_attention_decode(launch_ctx *c, const rope_qkv_args *a, void *out, k_dtype ot, int window,
+                                       int n_splits, float *partial)
 {
-    if (check_args(c, out, q, k_cache, v_cache, 1, n_heads, n_kv_heads, head_dim) || !pos || n_splits < 1 ||
-        n_splits > 1024 || !partial)
-        return launch_fail(c, "attention_decode: bad arguments (%d splits)", n_splits);
-    if (n_heads / n_kv_heads > 32)
-        return launch_fail(c, "attention_decode: %d q heads per kv head (at most 32)", n_heads / n_kv_heads);
-    DISPATCH_TYPE(kvt, T, run_decode<T>(c, partial, q, k_cache, v_cache, pos, n_heads, n_kv_heads, head_dim, window,
-                                        n_splits));
+    if (check_args(c, out, a->qkv, a->k_cache, a->v_cache, 1, a->n_heads, a->n_kv_heads, a->head_dim) || a->n != 1 ||
+        !a->pos0 || !a->cos || !a->sin || (!a->q_norm) != (!a->k_norm) || n_splits < 1 || n_splits > 1024 ||
+        !partial)
+        return launch_fail(c, "attention_decode: bad arguments (n %d, %d splits)", a->n, n_splits);
+    if (a->n_heads / a->n_kv_heads > 32)
+        return launch_fail(c, "attention_decode: %d q heads per kv head (at most 32)", a->n_heads / a->n_kv_heads);
+    DISPATCH_TYPE(a->kvt, T, run_decode<T>(c, partial, a, window, n_splits));
     if (launch_check(c, "attention_decode"))
         return -1;
-    DISPATCH_TYPE(ot, O, k_attention_combine<O><<<n_heads, 128, 0, c->stream>>>(static_cast<O *>(out), partial,
-                                                                                n_splits, head_dim));
+    DISPATCH_TYPE(ot, O, k_attention_combine<O><<<a->n_heads, 128, 0, c->stream>>>(static_cast<O *>(out), partial,
+                                                                                   n_splits, a->head_dim));
     return launch_check(c, "attention_decode combine");
 }
 
