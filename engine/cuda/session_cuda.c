@@ -71,12 +71,13 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->lc.n_sms = cs->cm->n_sms;
     cs->lc.workspace_bytes = WORKSPACE_BYTES;
     /* Enough splits of the KV length to give every multiprocessor two
-     * blocks in decode attention (a block per kv head and split), never
-     * splits of under 64 positions of the full context. */
+     * blocks in decode attention (a block per kv head and split): a block
+     * walks its keys 8 at a time, one memory round trip each, so short
+     * shares are what keep attention from showing in the token time. */
     int splits = 2 * cs->lc.n_sms / c->n_kv_heads;
-    if (splits > s->n_ctx / 64)
-        splits = s->n_ctx / 64;
-    cs->n_splits = splits < 1 ? 1 : splits > 32 ? 32 : splits;
+    if (splits > s->n_ctx / 16)
+        splits = s->n_ctx / 16;
+    cs->n_splits = splits < 1 ? 1 : splits > 64 ? 64 : splits;
 
     engine_status st = ENGINE_OK;
     const uint64_t kvd = (uint64_t)c->n_kv_heads * c->head_dim;
