@@ -202,9 +202,9 @@ static uint64_t first_fit(const arena *a, uint64_t span, int *index)
 static engine_status over_budget(arena *a, uint64_t bytes, const char *what, err_buf *e, const char *why)
 {
     return err_set(e, ENGINE_ERR_OVER_BUDGET,
-                   "device budget exceeded: %s needs %.1f MiB, %.1f of the %.1f MiB budget in use "
+                   "device budget exceeded: %.1f MiB asked for %s, %.1f of the %.1f MiB budget in use "
                    "(weights %.1f, KV cache %.1f, activations %.1f, workspace %.1f MiB)%s",
-                   what, bytes / 1048576.0, a->in_use / 1048576.0, a->budget / 1048576.0,
+                   bytes / 1048576.0, what, a->in_use / 1048576.0, a->budget / 1048576.0,
                    a->by_tag[ARENA_WEIGHTS] / 1048576.0, a->by_tag[ARENA_KV_CACHE] / 1048576.0,
                    a->by_tag[ARENA_ACTIVATIONS] / 1048576.0, a->by_tag[ARENA_WORKSPACE] / 1048576.0, why);
 }

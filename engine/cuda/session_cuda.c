@@ -1,9 +1,9 @@
 /*
- * session_cuda.c: a session's device memory, planned once: the KV cache in
- * one arena region and every activation buffer, the RoPE tables, the
- * attention scratch and the cuBLASLt workspace in another. Nothing is
- * allocated per token, which is also what lets one decode step be captured
- * as a CUDA graph and replayed.
+ * session_cuda.c: a session's device memory, planned once: three arena
+ * regions, the KV cache, the activations (every buffer, the RoPE tables,
+ * the attention scratch) and the cuBLASLt workspace. Nothing is allocated
+ * per token, which is also what lets one decode step be captured as a CUDA
+ * graph and replayed.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -34,7 +34,6 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     if ((uint64_t)c->ffn_dim > widest)
         widest = (uint64_t)c->ffn_dim;
     uint64_t off = 0;
-    cs->lc.workspace = carve(base, &off, WORKSPACE_BYTES);
     cs->x = carve(base, &off, nb * c->dim * sizeof(float));
     cs->act = carve(base, &off, nb * widest * ws);
     cs->qkv = carve(base, &off, nb * (qd + 2 * kvd) * sizeof(float));
@@ -90,6 +89,9 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     st = arena_alloc(cs->cm->arena, cs->kv_bytes, ARENA_KV_CACHE, "the KV cache", &cs->kv, e);
     if (!st)
         st = arena_alloc(cs->cm->arena, cs->act_bytes, ARENA_ACTIVATIONS, "the activation buffers", &cs->act_region,
+                         e);
+    if (!st)
+        st = arena_alloc(cs->cm->arena, WORKSPACE_BYTES, ARENA_WORKSPACE, "the cuBLASLt workspace", &cs->lc.workspace,
                          e);
     if (st) {
         cuda_session_free(cs);
@@ -156,6 +158,7 @@ void cuda_session_free(cuda_session *cs)
         cudaFreeHost(cs->h_cand_ids);
     if (cs->h_cand_vals)
         cudaFreeHost(cs->h_cand_vals);
+    arena_free(cs->cm->arena, cs->lc.workspace);
     arena_free(cs->cm->arena, cs->act_region);
     arena_free(cs->cm->arena, cs->kv);
     free(cs);
@@ -166,7 +169,7 @@ void cuda_memory(const engine_session *s, engine_memory_report *r)
     arena_stats as;
     arena_get_stats(s->model->cuda->arena, &as);
     r->kv_cache = s->cuda->kv_bytes;
-    r->activations = s->cuda->act_bytes;
+    r->activations = s->cuda->act_bytes + WORKSPACE_BYTES; /* buffers and the cuBLASLt workspace */
     r->weights_owned = s->model->cuda->weight_bytes;
     r->device_total = as.in_use;
     r->device_reserved = as.reserved;

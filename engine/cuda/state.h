@@ -54,6 +54,7 @@ struct cuda_session {
     launch_ctx lc;        /* stream, cuBLASLt handle, workspace          */
     void *kv;             /* arena region: k_cache and v_cache           */
     void *act_region;     /* arena region: everything below but the KV   */
+                          /* (lc.workspace is a region of its own)       */
     k_dtype kvt;          /* KV cache type: f16, or f32 for f32 models   */
     void *k_cache;        /* [n_layers, n_ctx, nkv*hd] kvt               */
     void *v_cache;        /* [n_layers, n_ctx, nkv*hd] kvt               */
