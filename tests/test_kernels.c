@@ -10,58 +10,13 @@
 
 #include "kernels/cpu/dtype.h"
 #include "kernels/kernels.h"
+#include "test_random.h"
 #include "test_util.h"
-
-static uint64_t rng_state = 0x1234567;
-
-static double urand(void) /* uniform in [-1, 1) */
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0;
-}
-
-static void fill(float *x, size_t n, double scale)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(urand() * scale);
-}
 
 static void poison(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = NAN;
-}
-
-/* Relative max error of got against ref (scale = max |ref|). */
-static double rel_err(const float *got, const double *ref, size_t n)
-{
-    double mx = 0.0, scale = 1e-30;
-    for (size_t i = 0; i < n; i++)
-        scale = fmax(scale, fabs(ref[i]));
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - ref[i]);
-        if (!(d == d))
-            return INFINITY;
-        mx = fmax(mx, d);
-    }
-    return mx / scale;
-}
-
-/* A weight of the given dtype with random values; vals gets them as fp32. */
-static void *make_weight(k_dtype t, size_t n, float *vals, double scale)
-{
-    fill(vals, n, scale);
-    if (t == K_F32) {
-        float *w = malloc(n * sizeof *w);
-        memcpy(w, vals, n * sizeof *w);
-        return w;
-    }
-    uint16_t *w = malloc(n * sizeof *w);
-    for (size_t i = 0; i < n; i++) {
-        w[i] = t == K_BF16 ? f32_to_bf16(vals[i]) : f32_to_f16(vals[i]);
-        vals[i] = t == K_BF16 ? bf16_to_f32(w[i]) : f16_to_f32(w[i]); /* the value actually stored */
-    }
-    return w;
 }
 
 static void test_dtype_conversions(void)

@@ -16,41 +16,8 @@
 #include "kernels/cpu/dtype.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
+#include "test_random.h"
 #include "test_util.h"
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static double urand(void) /* uniform in [-1, 1) */
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0;
-}
-
-static void fill(float *x, size_t n, double scale)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(urand() * scale);
-}
-
-static const char *dtype_name(k_dtype t)
-{
-    return t == K_BF16 ? "bf16" : t == K_F16 ? "f16" : "f32";
-}
-
-/* max |got - ref| / max |ref|; NaN is infinite. */
-static double rel_err(const float *got, const double *ref, size_t n)
-{
-    double mx = 0.0, scale = 1e-30;
-    for (size_t i = 0; i < n; i++)
-        scale = fmax(scale, fabs(ref[i]));
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - ref[i]);
-        if (!(d == d))
-            return INFINITY;
-        mx = fmax(mx, d);
-    }
-    return mx / scale;
-}
 
 static double rel_err_f(const float *got, const float *ref, size_t n)
 {
@@ -60,23 +27,6 @@ static double rel_err_f(const float *got, const float *ref, size_t n)
     double e = rel_err(got, r, n);
     free(r);
     return e;
-}
-
-/* Random values of type t: host copy in t, and vals as the fp32 values actually stored. */
-static void *make_weight(k_dtype t, size_t n, float *vals, double scale)
-{
-    fill(vals, n, scale);
-    if (t == K_F32) {
-        float *w = malloc(n * sizeof *w);
-        memcpy(w, vals, n * sizeof *w);
-        return w;
-    }
-    uint16_t *w = malloc(n * sizeof *w);
-    for (size_t i = 0; i < n; i++) {
-        w[i] = t == K_BF16 ? f32_to_bf16(vals[i]) : f32_to_f16(vals[i]);
-        vals[i] = t == K_BF16 ? bf16_to_f32(w[i]) : f16_to_f32(w[i]);
-    }
-    return w;
 }
 
 static void *dev_alloc(size_t bytes)
@@ -608,6 +558,7 @@ int main(void)
         printf("test_kernels_cuda: SKIP: no CUDA device (%s)\n", ce != cudaSuccess ? cudaGetErrorString(ce) : "none");
         return 77;
     }
+    test_rng_state = 0x2545f4914f6cdd1dull; /* other inputs than the CPU kernel test's */
     launch_ctx lc;
     memset(&lc, 0, sizeof lc);
     CHECK(cudaStreamCreate(&lc.stream) == cudaSuccess);
