@@ -200,6 +200,7 @@ __global__ void k_attention_decode(float *partial, rope_qkv_args a, int window)
     const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim;
     const int h = kvh * (nh / nkv) + warp, kvd = nkv * hd;
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
+    dependents_may_launch(); /* the combine and the next product may queue up now */
     const int pos = *a.pos0;
     const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
     const int share = (len + splits - 1) / splits;
@@ -290,6 +291,8 @@ template <typename O>
 __global__ void k_attention_combine(O *out, const float *partial, int splits, int hd)
 {
     const int h = blockIdx.x;
+    dependents_may_launch();
+    dependency_wait(); /* the split results */
     const float *pp = partial + (size_t)h * splits * (hd + 2);
     float mx = -INFINITY;
     for (int s = 0; s < splits; s++)
@@ -380,8 +383,12 @@ extern "C" int launch_attention_decode(launch_ctx *c, const rope_qkv_args *a, vo
     DISPATCH_TYPE(a->kvt, T, run_decode<T>(c, partial, a, window, n_splits));
     if (launch_check(c, "attention_decode"))
         return -1;
-    DISPATCH_TYPE(ot, O, k_attention_combine<O><<<a->n_heads, 128, 0, c->stream>>>(static_cast<O *>(out), partial,
-                                                                                   n_splits, a->head_dim));
+    DISPATCH_TYPE(ot, O, {
+        cudaError_t e = launch_pdl(k_attention_combine<O>, dim3(a->n_heads), dim3(128), 0, c->stream,
+                                   static_cast<O *>(out), static_cast<const float *>(partial), n_splits, a->head_dim);
+        if (e != cudaSuccess)
+            return launch_fail(c, "attention_decode combine: %s", cudaGetErrorString(e));
+    });
     return launch_check(c, "attention_decode combine");
 }
 

@@ -80,4 +80,30 @@ __device__ __forceinline__ float block_sum(float v)
 
 static inline unsigned ceil_div(long a, long b) { return (unsigned)((a + b - 1) / b); }
 
+/*
+ * Programmatic dependent launch (sm_90). A kernel launched with launch_pdl
+ * may start while the kernel before it runs, once that one has called
+ * dependents_may_launch() (or finished); it must call dependency_wait()
+ * before reading anything the earlier kernel writes. Decode uses this so
+ * that the next product's weight loads overlap the small kernels.
+ */
+__device__ __forceinline__ void dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void dependents_may_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
+
+template <typename... P, typename... A>
+static cudaError_t launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, static_cast<P>(args)...);
+}
+
 #endif
