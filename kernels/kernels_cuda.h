@@ -93,7 +93,7 @@ int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
  * included). partial: scratch of launch_attention_decode_scratch(nh, hd,
  * n_splits) floats (needed even for one split). n_splits is fixed when the
  * graph is captured; each split takes an equal share of whatever length
- * the position gives. At most 32 q heads per kv head.
+ * the position gives (at most 1024).
  */
 size_t launch_attention_decode_scratch(int n_heads, int head_dim, int n_splits);
 int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, void *out, k_dtype ot, int window, int n_splits,

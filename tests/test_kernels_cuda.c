@@ -377,6 +377,9 @@ static void test_attention(launch_ctx *lc)
         check_attention_decode(lc, kvt, 8, 1, 256, 300, 0, 5, true);
         check_attention_decode(lc, kvt, 4, 4, 96, 50, 0, 2, false);
         check_attention_decode(lc, kvt, 28, 4, 128, 200, 0, 10, false);
+        check_attention_decode(lc, kvt, 32, 1, 128, 300, 0, 4, false); /* groups wider than a block's warps loop */
+        check_attention_decode(lc, kvt, 16, 1, 256, 300, 0, 4, true);
+        check_attention_decode(lc, kvt, 32, 8, 128, 3000, 0, 256, false);
         /* prefill: from the start and after a cached prefix, n not a multiple of the tiles */
         check_attention(lc, kvt, kvt, 8, 4, 8, 5, 0, 0, 1);
         check_attention(lc, kvt, K_F32, 4, 2, 16, 37, 0, 0, 1);
@@ -384,6 +387,14 @@ static void test_attention(launch_ctx *lc)
         check_attention(lc, kvt, kvt, 32, 8, 128, 130, 0, 0, 1);
         check_attention(lc, kvt, K_F32, 32, 8, 128, 77, 200, 0, 1);
         check_attention(lc, kvt, kvt, 8, 2, 256, 40, 10, 16, 1);
+        /* tensor-core path shapes: head_dim 48/64/80/112, one token, a window of 1, a long prefix */
+        check_attention(lc, kvt, K_F32, 12, 4, 48, 130, 33, 40, 1);
+        check_attention(lc, kvt, K_F32, 8, 8, 64, 1, 77, 0, 1);
+        check_attention(lc, kvt, kvt, 14, 2, 64, 65, 100, 0, 1);
+        check_attention(lc, kvt, K_F32, 8, 2, 80, 97, 5, 0, 1);
+        check_attention(lc, kvt, K_F32, 4, 1, 112, 64, 64, 17, 1);
+        check_attention(lc, kvt, K_F32, 4, 2, 128, 129, 3, 1, 1);
+        check_attention(lc, kvt, K_F32, 4, 4, 128, 300, 1000, 0, 1);
     }
 }
 

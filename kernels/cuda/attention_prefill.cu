@@ -1,0 +1,487 @@
+/*
+ * attention_prefill.cu: causal grouped-query attention of a prompt batch
+ * against the KV cache (prefill), tiled over keys with an online softmax:
+ * the score matrix never exists in memory.
+ *
+ * Two paths. With an f16/bf16 cache and head_dim a multiple of 16 up to 128
+ * (the real models), the products run on tensor cores (mma.sync m16n8k16,
+ * fp32 accumulation). Their operands are 16-bit, so q and the softmax
+ * weights are each split into a 16-bit value and the 16-bit rounding of
+ * its remainder, and both halves are multiplied: about 16 bits of q and of
+ * the weights survive, and the result matches the fp32 path to ~1e-5 (K
+ * and V are exact, they are stored in that type). Otherwise (fp32 cache,
+ * head_dim 8 or not a multiple of 16, or 256) a CUDA-core kernel does it.
+ */
+#include "common.cuh"
+
+/* ---- CUDA-core path ---- */
+
+#define ATT_BQ 16  /* queries per block (4 per warp, 4 warps) */
+#define ATT_BK 32  /* keys per tile                           */
+
+/*
+ * K and V rows k0 .. k0+ATT_BK-1 of one kv head into shared memory as fp32
+ * (rows at or past `end` as zeros). 16-byte loads when a head's row allows,
+ * unrolled so that each thread has several in flight.
+ */
+template <typename T>
+__device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, int k0, int end, int kvd, int kvh, int hd)
+{
+    constexpr int V = 16 / sizeof(T);
+    if ((hd % V) == 0 && (kvd % V) == 0) {
+        const int per_row = hd / V, total = ATT_BK * per_row;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < total; i += blockDim.x) {
+            const int j = i / per_row, d0 = (i - j * per_row) * V, key = k0 + j;
+            uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+            if (key < end) {
+                const size_t at = (size_t)key * kvd + (size_t)kvh * hd + d0;
+                kr = *reinterpret_cast<const uint4 *>(kc + at);
+                vr = *reinterpret_cast<const uint4 *>(vc + at);
+            }
+            const T *kt = reinterpret_cast<const T *>(&kr), *vt = reinterpret_cast<const T *>(&vr);
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                Ks[j * (hd + 1) + d0 + e] = key < end ? to_f32(kt[e]) : 0.0f;
+                Vs[j * hd + d0 + e] = key < end ? to_f32(vt[e]) : 0.0f;
+            }
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < ATT_BK * hd; i += blockDim.x) {
+        const int j = i / hd, d = i - j * hd, key = k0 + j;
+        const bool ok = key < end;
+        const size_t at = (size_t)key * kvd + (size_t)kvh * hd + d;
+        Ks[j * (hd + 1) + d] = ok ? to_f32(kc[at]) : 0.0f;
+        Vs[j * hd + d] = ok ? to_f32(vc[at]) : 0.0f;
+    }
+}
+
+template <typename T, int E> /* E: dimensions per lane, head_dim <= 32 * E */
+__global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, const T *vc, int pos0, int n, int nh,
+                            int nkv, int hd, int window)
+{
+    extern __shared__ float sm[];
+    float *Qs = sm;                          /* [hd][ATT_BQ], scaled       */
+    float *Ks = Qs + hd * ATT_BQ;            /* [ATT_BK][hd + 1] (padded)  */
+    float *Vs = Ks + ATT_BK * (hd + 1);      /* [ATT_BK][hd]               */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nthreads = blockDim.x;
+    const int tq0 = blockIdx.x * ATT_BQ, h = blockIdx.y, kvh = h / (nh / nkv);
+    const int kvd = nkv * hd;
+    const float scale = rsqrtf((float)hd);
+
+    for (int i = threadIdx.x; i < ATT_BQ * hd; i += nthreads) {
+        const int qi = i / hd, d = i - qi * hd, t = tq0 + qi;
+        Qs[d * ATT_BQ + qi] = t < n ? q[((size_t)t * nh + h) * hd + d] * scale : 0.0f;
+    }
+    /* Keys this block needs: from the first query's window start to the last query. */
+    const int last_t = min(tq0 + ATT_BQ, n) - 1;
+    const int hi = pos0 + last_t;
+    const int lo = window > 0 ? max(0, pos0 + tq0 - window + 1) : 0, end = hi + 1;
+
+    float m[4], l[4], acc[4][E];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            acc[i][e] = 0.0f;
+    }
+    int qpos[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        qpos[i] = tq0 + warp * 4 + i < n ? pos0 + tq0 + warp * 4 + i : -1;
+
+    for (int k0 = lo; k0 < end; k0 += ATT_BK) {
+        __syncthreads(); /* the previous tile is no longer read */
+        stage_tile(Ks, Vs, kc, vc, k0, end, kvd, kvh, hd);
+        __syncthreads();
+        if (qpos[0] < 0)
+            continue; /* this warp has no queries */
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const float *kr = Ks + lane * (hd + 1);
+        const float4 *q4 = reinterpret_cast<const float4 *>(Qs) + warp; /* 4 queries of this warp */
+        for (int d = 0; d < hd; d++) {
+            const float kd = kr[d];
+            const float4 qv = q4[d * (ATT_BQ / 4)];
+            s[0] += qv.x * kd;
+            s[1] += qv.y * kd;
+            s[2] += qv.z * kd;
+            s[3] += qv.w * kd;
+        }
+        const int key = k0 + lane;
+        float p[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const bool valid = qpos[i] >= 0 && key < end && key <= qpos[i] && (window <= 0 || key > qpos[i] - window);
+            const float si = valid ? s[i] : -INFINITY;
+            const float mt = warp_max(si);
+            const float mn = fmaxf(m[i], mt);
+            if (mn == -INFINITY) { /* nothing visible yet for this query */
+                p[i] = 0.0f;
+                continue;
+            }
+            p[i] = valid ? expf(si - mn) : 0.0f;
+            const float corr = expf(m[i] - mn);
+            l[i] = l[i] * corr + warp_sum(p[i]);
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                acc[i][e] *= corr;
+            m[i] = mn;
+        }
+        for (int j = 0; j < ATT_BK; j++) {
+            float v[E];
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                const int d = lane * E + e;
+                v[e] = d < hd ? Vs[j * hd + d] : 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float pj = __shfl_sync(0xffffffffu, p[i], j);
+#pragma unroll
+                for (int e = 0; e < E; e++)
+                    acc[i][e] += pj * v[e];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int t = tq0 + warp * 4 + i;
+        if (t >= n)
+            continue;
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        const size_t o = ((size_t)t * nh + h) * hd;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int d = lane * E + e;
+            if (d >= hd)
+                continue;
+            const float r = acc[i][e] * inv;
+            if (ot == K_F32)
+                static_cast<float *>(out)[o + d] = r;
+            else if (ot == K_F16)
+                static_cast<__half *>(out)[o + d] = __float2half_rn(r);
+            else
+                static_cast<__nv_bfloat16 *>(out)[o + d] = __float2bfloat16_rn(r);
+        }
+    }
+}
+
+/* ---- tensor-core path ---- */
+
+#define TC_BQ 64 /* queries per block: 16 per warp, 4 warps */
+#define TC_BK 32 /* keys per tile */
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool full)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+/* Four 8x8 matrices of 16-bit elements from shared memory, one row address per lane. */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+}
+
+/* The 16-bit type's packing and its mma: d += a (16x16, row) . b (16x8, col). */
+template <typename T> struct tc_ops;
+template <> struct tc_ops<__half> {
+    static __device__ __forceinline__ uint32_t pack(float x, float y)
+    {
+        __half2 h = __floats2half2_rn(x, y);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t u) { return __half22float2(*reinterpret_cast<__half2 *>(&u)); }
+    static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct tc_ops<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float x, float y)
+    {
+        __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t u)
+    {
+        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u));
+    }
+    static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+/* (x, y) as a 16-bit pair hi and the pair of what hi leaves out, lo. */
+template <typename T> __device__ __forceinline__ void split2(float x, float y, uint32_t &hi, uint32_t &lo)
+{
+    hi = tc_ops<T>::pack(x, y);
+    const float2 h = tc_ops<T>::unpack(hi);
+    lo = tc_ops<T>::pack(x - h.x, y - h.y);
+}
+
+__device__ __forceinline__ void store2(void *out, k_dtype ot, size_t i, float x, float y)
+{
+    if (ot == K_F32) {
+        *reinterpret_cast<float2 *>(static_cast<float *>(out) + i) = make_float2(x, y);
+    } else if (ot == K_F16) {
+        *reinterpret_cast<__half2 *>(static_cast<__half *>(out) + i) = __floats2half2_rn(x, y);
+    } else {
+        *reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(out) + i) = __floats2bfloat162_rn(x, y);
+    }
+}
+
+/*
+ * K and V rows k0 .. k0+TC_BK-1 of one kv head into a shared stage, 16 bytes
+ * per copy, asynchronously (the next tile loads while this one is used);
+ * rows at or past `end` are zero-filled.
+ */
+template <typename T, int HD, int LD>
+__device__ __forceinline__ void tc_stage(T *ks, T *vs, const T *kc, const T *vc, int k0, int end, int kvd, int kvh)
+{
+    constexpr int CH = HD / 8; /* 16-byte chunks per row */
+    for (int i = threadIdx.x; i < 2 * TC_BK * CH; i += blockDim.x) {
+        const int which = i / (TC_BK * CH), rem = i - which * TC_BK * CH, r = rem / CH, ch = rem - r * CH;
+        const int key = k0 + r;
+        const size_t at = (size_t)min(key, end - 1) * kvd + (size_t)kvh * HD + ch * 8;
+        cp_async16((which ? vs : ks) + r * LD + ch * 8, (which ? vc : kc) + at, key < end);
+    }
+}
+
+/*
+ * A block: 64 queries of one head (16 per warp), keys in tiles of 32,
+ * double-buffered. Per tile a warp computes S = Q K^T (16 x 32) from Q held
+ * in registers as mma A fragments, masks and exponentiates it in
+ * registers, and reuses the S accumulators directly as the A fragments of
+ * O += P V (the FlashAttention-2 arrangement). Scores are in log2 units
+ * (log2(e) folded into q's scale) so the exponentials are exp2f.
+ */
+template <typename T, int KC> /* KC = head_dim / 16 */
+__global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, const float *q, const T *kc, const T *vc,
+                                                      int pos0, int n, int nh, int nkv, int window)
+{
+    constexpr int HD = KC * 16, LD = HD + 8; /* 16 bytes of row padding: ldmatrix rows fall in distinct banks */
+    extern __shared__ __align__(16) unsigned char tc_smem[];
+    T *sm = reinterpret_cast<T *>(tc_smem); /* [2 stages][K, V][TC_BK][LD] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_BQ; /* the longest blocks start first */
+    const int h = blockIdx.y, kvh = h / (nh / nkv), kvd = nkv * HD;
+    const int lo = window > 0 ? max(0, pos0 + q0 - window + 1) : 0, end = pos0 + min(q0 + TC_BQ, n);
+    const int r0 = q0 + warp * 16 + g, r1 = r0 + 8; /* this thread's two query rows */
+    const int p0 = pos0 + r0, p1 = pos0 + r1;
+    const bool active = q0 + warp * 16 < n;
+    const int wlo = pos0 + q0 + warp * 16, whi = pos0 + min(q0 + warp * 16 + 15, n - 1);
+
+    uint32_t qh[KC][4], ql[KC][4];
+    const float qscale = 1.4426950408889634f * rsqrtf((float)HD);
+#pragma unroll
+    for (int kk = 0; kk < KC; kk++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* A fragment: j&1 picks row g or g+8, j>>1 the upper 8 columns */
+            const int row = (j & 1) ? r1 : r0, d = kk * 16 + (j >> 1) * 8 + 2 * t4;
+            float2 v = make_float2(0.0f, 0.0f);
+            if (row < n)
+                v = *reinterpret_cast<const float2 *>(q + ((size_t)row * nh + h) * HD + d);
+            split2<T>(v.x * qscale, v.y * qscale, qh[kk][j], ql[kk][j]);
+        }
+
+    float o[2 * KC][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 2 * KC; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+
+    const int ntiles = (end - lo + TC_BK - 1) / TC_BK;
+    tc_stage<T, HD, LD>(sm, sm + TC_BK * LD, kc, vc, lo, end, kvd, kvh);
+    cp_async_commit();
+    for (int it = 0; it < ntiles; it++) {
+        const int k0 = lo + it * TC_BK;
+        if (it + 1 < ntiles) {
+            T *nx = sm + ((it + 1) & 1) * 2 * TC_BK * LD;
+            tc_stage<T, HD, LD>(nx, nx + TC_BK * LD, kc, vc, k0 + TC_BK, end, kvd, kvh);
+        }
+        cp_async_commit(); /* possibly empty: keeps "all but the newest group" meaning this tile */
+        cp_async_wait1();
+        __syncthreads();
+        /* Skip a tile wholly after the warp's last query or before its first query's window. */
+        if (active && k0 <= whi && (window <= 0 || k0 + TC_BK - 1 > wlo - window)) {
+            const T *ks = sm + (it & 1) * 2 * TC_BK * LD, *vs = ks + TC_BK * LD;
+            float s[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KC; kk++)
+#pragma unroll
+                for (int np = 0; np < 2; np++) { /* keys np*16 .. +15: two n-tiles of 8 */
+                    uint32_t b[4];
+                    ldsm_x4(b, ks + (np * 16 + ((lane >> 4) & 1) * 8 + (lane & 7)) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+                    tc_ops<T>::mma(s[2 * np], qh[kk], b[0], b[1]);
+                    tc_ops<T>::mma(s[2 * np], ql[kk], b[0], b[1]);
+                    tc_ops<T>::mma(s[2 * np + 1], qh[kk], b[2], b[3]);
+                    tc_ops<T>::mma(s[2 * np + 1], ql[kk], b[2], b[3]);
+                }
+            /* Accumulator element e of n-tile nt: row (e >> 1 ? g + 8 : g), key nt*8 + 2*t4 + (e & 1). */
+            float mx[2] = {m[0], m[1]};
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = k0 + nt * 8 + 2 * t4 + (e & 1), p = (e >> 1) ? p1 : p0;
+                    if (key > p || (window > 0 && key <= p - window))
+                        s[nt][e] = -INFINITY; /* (rows past n are computed on q = 0 and never stored) */
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+                }
+            float ref[2], corr[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                ref[r] = mx[r] == -INFINITY ? 0.0f : mx[r]; /* nothing visible yet: weights 0, no NaN */
+                corr[r] = exp2f(m[r] - ref[r]);
+                m[r] = mx[r];
+                l[r] *= corr[r];
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[nt][e] = exp2f(s[nt][e] - ref[e >> 1]);
+                    l[e >> 1] += s[nt][e];
+                }
+#pragma unroll
+            for (int i = 0; i < 2 * KC; i++) {
+                o[i][0] *= corr[0];
+                o[i][1] *= corr[0];
+                o[i][2] *= corr[1];
+                o[i][3] *= corr[1];
+            }
+#pragma unroll
+            for (int c2 = 0; c2 < 2; c2++) { /* keys c2*16 .. +15 */
+                uint32_t ph[4], pl[4];
+                split2<T>(s[2 * c2][0], s[2 * c2][1], ph[0], pl[0]);
+                split2<T>(s[2 * c2][2], s[2 * c2][3], ph[1], pl[1]);
+                split2<T>(s[2 * c2 + 1][0], s[2 * c2 + 1][1], ph[2], pl[2]);
+                split2<T>(s[2 * c2 + 1][2], s[2 * c2 + 1][3], ph[3], pl[3]);
+#pragma unroll
+                for (int dp = 0; dp < KC; dp++) { /* dims dp*16 .. +15: two n-tiles of 8 */
+                    uint32_t b[4];
+                    ldsm_x4_trans(b, vs + (c2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + dp * 16 +
+                                         ((lane >> 4) & 1) * 8);
+                    tc_ops<T>::mma(o[2 * dp], ph, b[0], b[1]);
+                    tc_ops<T>::mma(o[2 * dp], pl, b[0], b[1]);
+                    tc_ops<T>::mma(o[2 * dp + 1], ph, b[2], b[3]);
+                    tc_ops<T>::mma(o[2 * dp + 1], pl, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); /* this stage is read before the next iteration's copy refills it */
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * KC; i++) {
+        const int d = i * 8 + 2 * t4;
+        if (r0 < n)
+            store2(out, ot, ((size_t)r0 * nh + h) * HD + d, o[i][0] * l[0], o[i][1] * l[0]);
+        if (r1 < n)
+            store2(out, ot, ((size_t)r1 * nh + h) * HD + d, o[i][2] * l[1], o[i][3] * l[1]);
+    }
+}
+
+template <typename T, int KC>
+static void tc_launch(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc, int pos0,
+                      int n, int nh, int nkv, int window)
+{
+    const size_t smem = (size_t)2 * 2 * TC_BK * (KC * 16 + 8) * sizeof(T); /* at most 34,816 bytes */
+    const dim3 grid(ceil_div(n, TC_BQ), (unsigned)nh);
+    k_attention_tc<T, KC><<<grid, 128, smem, c->stream>>>(out, ot, q, static_cast<const T *>(kc),
+                                                          static_cast<const T *>(vc), pos0, n, nh, nkv, window);
+}
+
+template <typename T>
+static void run_tc(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc, int pos0,
+                   int n, int nh, int nkv, int hd, int window)
+{
+    switch (hd / 16) {
+    case 1: tc_launch<T, 1>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
+    case 2: tc_launch<T, 2>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
+    case 3: tc_launch<T, 3>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
+    case 4: tc_launch<T, 4>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
+    case 5: tc_launch<T, 5>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
+    case 6: tc_launch<T, 6>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
+    case 7: tc_launch<T, 7>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
+    default: tc_launch<T, 8>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
+    }
+}
+
+template <typename T>
+static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc, int pos0,
+                       int n, int nh, int nkv, int hd, int window)
+{
+    const size_t smem = ((size_t)hd * ATT_BQ + ATT_BK * (hd + 1) + ATT_BK * hd) * sizeof(float);
+    const dim3 grid(ceil_div(n, ATT_BQ), (unsigned)nh);
+    const T *k = static_cast<const T *>(kc), *v = static_cast<const T *>(vc);
+    const int e = (hd + 31) / 32;
+#define ATT_LAUNCH(EV)                                                                                        \
+    do {                                                                                                      \
+        auto kern = k_attention<T, EV>;                                                                       \
+        if (smem > 48 * 1024)                                                                                 \
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);               \
+        kern<<<grid, 128, smem, c->stream>>>(out, ot, q, k, v, pos0, n, nh, nkv, hd, window);                 \
+    } while (0)
+    switch (e) {
+    case 1: ATT_LAUNCH(1); break;
+    case 2: ATT_LAUNCH(2); break;
+    case 3: ATT_LAUNCH(3); break;
+    case 4: ATT_LAUNCH(4); break;
+    case 5: case 6: ATT_LAUNCH(6); break;
+    default: ATT_LAUNCH(8); break;
+    }
+#undef ATT_LAUNCH
+    return launch_check(c, "attention_prefill");
+}
+
+extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
+                                        const void *v_cache, k_dtype kvt, int n, int pos0, int n_heads,
+                                        int n_kv_heads, int head_dim, int window)
+{
+    if (!out || !q || !k_cache || !v_cache || n <= 0 || pos0 < 0 || n_heads <= 0 || n_kv_heads <= 0 ||
+        n_heads % n_kv_heads || head_dim <= 0 || head_dim > 256 || head_dim % 2)
+        return launch_fail(c, "attention_prefill: bad arguments (n %d, pos0 %d, heads %d/%d, head_dim %d)", n, pos0,
+                           n_heads, n_kv_heads, head_dim);
+    /* cp.async and the paired stores want 16- and 8-byte alignment; arena buffers have it. */
+    const bool aligned = (((uintptr_t)k_cache | (uintptr_t)v_cache) & 15) == 0 && ((uintptr_t)q & 7) == 0 &&
+                         ((uintptr_t)out & 7) == 0;
+    if ((kvt == K_F16 || kvt == K_BF16) && head_dim % 16 == 0 && head_dim <= 128 && aligned) {
+        if (kvt == K_F16)
+            run_tc<__half>(c, out, ot, q, k_cache, v_cache, pos0, n, n_heads, n_kv_heads, head_dim, window);
+        else
+            run_tc<__nv_bfloat16>(c, out, ot, q, k_cache, v_cache, pos0, n, n_heads, n_kv_heads, head_dim, window);
+        return launch_check(c, "attention_prefill");
+    }
+    DISPATCH_TYPE(kvt, T, return run_prefill<T>(c, out, ot, q, k_cache, v_cache, pos0, n, n_heads, n_kv_heads,
+                                                head_dim, window));
+    return 0;
+}
