@@ -111,6 +111,18 @@ struct engine_session {
     err_buf err;
 };
 
+/*
+ * Buffers planned once: n bytes at the running offset *off, rounded up to
+ * `align` (a power of two); with base NULL only the size is counted, so one
+ * layout function both sizes an allocation and carves it.
+ */
+static inline void *carve(char *base, uint64_t *off, uint64_t n, uint64_t align)
+{
+    const uint64_t at = (*off + align - 1) & ~(align - 1);
+    *off = at + n;
+    return base ? base + at : NULL;
+}
+
 /* Log through the model's callback, if any. */
 void model_log(const engine_model *m, engine_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -24,38 +24,30 @@ engine_session_params engine_session_default_params(void)
     return p;
 }
 
-/* Carve n bytes, 64-byte aligned, from a running offset (pass base NULL to size). */
-static void *carve(char *base, size_t *off, size_t n)
-{
-    size_t at = (*off + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-    *off = at + n;
-    return base ? base + at : NULL;
-}
-
 static size_t layout(engine_session *s, char *base)
 {
     const cfg_model *c = &s->model->cfg;
     const size_t nb = (size_t)s->n_batch, ctx = (size_t)s->n_ctx;
     const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t half = (size_t)c->head_dim / 2;
-    size_t off = 0;
-    s->logits = carve(base, &off, (size_t)c->vocab_size * sizeof(float));
-    s->tokens = carve(base, &off, ctx * sizeof(int32_t));
+    uint64_t off = 0;
+    s->logits = carve(base, &off, (size_t)c->vocab_size * sizeof(float), ALIGN);
+    s->tokens = carve(base, &off, ctx * sizeof(int32_t), ALIGN);
     if (s->model->device != ENGINE_DEVICE_CPU)
         return off; /* the rest lives on the device */
-    s->k_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float));
-    s->v_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float));
+    s->k_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float), ALIGN);
+    s->v_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float), ALIGN);
     s->kv_bytes = 2 * (uint64_t)c->n_layers * ctx * kvd * sizeof(float);
-    s->x = carve(base, &off, nb * c->dim * sizeof(float));
-    s->xb = carve(base, &off, nb * c->dim * sizeof(float));
-    s->q = carve(base, &off, nb * qd * sizeof(float));
-    s->att = carve(base, &off, nb * qd * sizeof(float));
-    s->hb = carve(base, &off, nb * c->ffn_dim * sizeof(float));
-    s->hb2 = carve(base, &off, nb * c->ffn_dim * sizeof(float));
-    s->rope_cos = carve(base, &off, ctx * half * sizeof(float));
-    s->rope_sin = carve(base, &off, ctx * half * sizeof(float));
-    s->pos = carve(base, &off, nb * sizeof(int));
-    s->kc.scratch = carve(base, &off, (size_t)s->kc.n_threads * s->kc.scratch_per_thread * sizeof(float));
+    s->x = carve(base, &off, nb * c->dim * sizeof(float), ALIGN);
+    s->xb = carve(base, &off, nb * c->dim * sizeof(float), ALIGN);
+    s->q = carve(base, &off, nb * qd * sizeof(float), ALIGN);
+    s->att = carve(base, &off, nb * qd * sizeof(float), ALIGN);
+    s->hb = carve(base, &off, nb * c->ffn_dim * sizeof(float), ALIGN);
+    s->hb2 = carve(base, &off, nb * c->ffn_dim * sizeof(float), ALIGN);
+    s->rope_cos = carve(base, &off, ctx * half * sizeof(float), ALIGN);
+    s->rope_sin = carve(base, &off, ctx * half * sizeof(float), ALIGN);
+    s->pos = carve(base, &off, nb * sizeof(int), ALIGN);
+    s->kc.scratch = carve(base, &off, (size_t)s->kc.n_threads * s->kc.scratch_per_thread * sizeof(float), ALIGN);
     return off;
 }
 

@@ -102,25 +102,32 @@ static void *push_elem(void **arr, size_t *n, size_t elem)
 
 /* ---- normalizer ---- */
 
+/* A "Sequence" of `what`s listed under `key`, each parsed by fn in order. */
+typedef engine_status (*parse_fn)(tok_tokenizer *t, json_t *j, const char *path, err_buf *e);
+static engine_status parse_sequence(tok_tokenizer *t, json_t *j, const char *key, const char *what, parse_fn fn,
+                                    const char *path, err_buf *e)
+{
+    json_t *list = json_object_get(j, key);
+    size_t i;
+    json_t *x;
+    if (!json_is_array(list))
+        return err_set(e, ENGINE_ERR_FORMAT, "%s: Sequence %s without \"%s\"", path, what, key);
+    json_array_foreach(list, i, x)
+    {
+        engine_status st = fn(t, x, path, e);
+        if (st != ENGINE_OK)
+            return st;
+    }
+    return ENGINE_OK;
+}
+
 engine_status tok_parse_normalizer(tok_tokenizer *t, json_t *j, const char *path, err_buf *e)
 {
     if (!j || json_is_null(j))
         return ENGINE_OK;
     const char *type = type_of(j);
-    if (type && strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(j, "normalizers");
-        size_t i;
-        json_t *x;
-        if (!json_is_array(list))
-            return err_set(e, ENGINE_ERR_FORMAT, "%s: Sequence normalizer without \"normalizers\"", path);
-        json_array_foreach(list, i, x)
-        {
-            engine_status st = tok_parse_normalizer(t, x, path, e);
-            if (st != ENGINE_OK)
-                return st;
-        }
-        return ENGINE_OK;
-    }
+    if (type && strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, j, "normalizers", "normalizer", tok_parse_normalizer, path, e);
     static const struct {
         const char *name;
         enum tok_norm_kind kind;
@@ -203,20 +210,8 @@ engine_status tok_parse_pretokenizer(tok_tokenizer *t, json_t *j, const char *pa
     const char *type = type_of(j);
     if (!type)
         return unsupported(e, path, "pre_tokenizer", NULL);
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(j, "pretokenizers");
-        size_t i;
-        json_t *x;
-        if (!json_is_array(list))
-            return err_set(e, ENGINE_ERR_FORMAT, "%s: Sequence pre_tokenizer without \"pretokenizers\"", path);
-        json_array_foreach(list, i, x)
-        {
-            engine_status st = tok_parse_pretokenizer(t, x, path, e);
-            if (st != ENGINE_OK)
-                return st;
-        }
-        return ENGINE_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, j, "pretokenizers", "pre_tokenizer", tok_parse_pretokenizer, path, e);
     static const char *names[] = {"ByteLevel",  "Split",           "Metaspace",  "Digits",
                                   "Whitespace", "WhitespaceSplit", "Punctuation"};
     static const enum tok_pre_kind kinds[] = {TOK_PRE_BYTELEVEL,  TOK_PRE_SPLIT,            TOK_PRE_METASPACE,
@@ -278,20 +273,8 @@ static engine_status parse_decoder(tok_tokenizer *t, json_t *j, const char *path
     const char *type = type_of(j);
     if (!type)
         return unsupported(e, path, "decoder", NULL);
-    if (strcmp(type, "Sequence") == 0) {
-        json_t *list = json_object_get(j, "decoders");
-        size_t i;
-        json_t *x;
-        if (!json_is_array(list))
-            return err_set(e, ENGINE_ERR_FORMAT, "%s: Sequence decoder without \"decoders\"", path);
-        json_array_foreach(list, i, x)
-        {
-            engine_status st = parse_decoder(t, x, path, e);
-            if (st != ENGINE_OK)
-                return st;
-        }
-        return ENGINE_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, j, "decoders", "decoder", parse_decoder, path, e);
     static const char *names[] = {"ByteLevel", "Replace", "ByteFallback", "Fuse", "Strip", "Metaspace"};
     static const enum tok_dec_kind kinds[] = {TOK_DEC_BYTELEVEL, TOK_DEC_REPLACE, TOK_DEC_BYTEFALLBACK,
                                               TOK_DEC_FUSE,      TOK_DEC_STRIP,   TOK_DEC_METASPACE};
@@ -448,17 +431,8 @@ engine_status tok_parse_post_processor(tok_tokenizer *t, json_t *j, const char *
         return template_single(t, j, path, e);
     if (strcmp(type, "BertProcessing") == 0 || strcmp(type, "RobertaProcessing") == 0)
         return cls_sep(t, j, path, e);
-    if (strcmp(type, "Sequence") == 0) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(json_object_get(j, "processors"), i, x)
-        {
-            engine_status st = tok_parse_post_processor(t, x, path, e);
-            if (st != ENGINE_OK)
-                return st;
-        }
-        return ENGINE_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, j, "processors", "post_processor", tok_parse_post_processor, path, e);
     return unsupported(e, path, "post_processor", type);
 }
 

@@ -136,6 +136,9 @@ expect_error "prompt id outside the vocabulary" "vocabulary" "$INFER" "$MODEL" -
 expect_error "unknown option" "unknown option" "$INFER" "$MODEL" --bogus
 expect_error "bad number" "-n" "$INFER" "$MODEL" -n abc
 expect_error "bad top-p" "top-p" "$INFER" "$MODEL" --top-p 1.5
+expect_error "bad --vram unit" "vram" "$INFER" "$MODEL" --vram 8Q
+expect_error "zero --vram" "vram" "$INFER" "$MODEL" --vram 0
+expect_error "negative --vram" "vram" "$INFER" "$MODEL" --vram -2G
 expect_error "tokenize of a missing file" "nonexistent" "$TOKENIZE" "$T/nonexistent.json" --text hi
 
 if [ $fails -ne 0 ]; then

@@ -254,7 +254,7 @@ static void test_rope_qkv(launch_ctx *lc)
 
 /* Attention, decode (split) and prefill (tiled), against k_attention on the same (rounded) cache. */
 static void check_attention(launch_ctx *lc, k_dtype kvt, k_dtype ot, int nh, int nkv, int hd, int n, int pos0,
-                            int window, int splits)
+                            int window)
 {
     const int total = pos0 + n, kvd = nkv * hd;
     float *kv = malloc((size_t)total * kvd * sizeof *kv), *vv = malloc((size_t)total * kvd * sizeof *vv);
@@ -381,20 +381,20 @@ static void test_attention(launch_ctx *lc)
         check_attention_decode(lc, kvt, 16, 1, 256, 300, 0, 4, true);
         check_attention_decode(lc, kvt, 32, 8, 128, 3000, 0, 256, false);
         /* prefill: from the start and after a cached prefix, n not a multiple of the tiles */
-        check_attention(lc, kvt, kvt, 8, 4, 8, 5, 0, 0, 1);
-        check_attention(lc, kvt, K_F32, 4, 2, 16, 37, 0, 0, 1);
-        check_attention(lc, kvt, kvt, 4, 2, 32, 64, 30, 8, 1);
-        check_attention(lc, kvt, kvt, 32, 8, 128, 130, 0, 0, 1);
-        check_attention(lc, kvt, K_F32, 32, 8, 128, 77, 200, 0, 1);
-        check_attention(lc, kvt, kvt, 8, 2, 256, 40, 10, 16, 1);
+        check_attention(lc, kvt, kvt, 8, 4, 8, 5, 0, 0);
+        check_attention(lc, kvt, K_F32, 4, 2, 16, 37, 0, 0);
+        check_attention(lc, kvt, kvt, 4, 2, 32, 64, 30, 8);
+        check_attention(lc, kvt, kvt, 32, 8, 128, 130, 0, 0);
+        check_attention(lc, kvt, K_F32, 32, 8, 128, 77, 200, 0);
+        check_attention(lc, kvt, kvt, 8, 2, 256, 40, 10, 16);
         /* tensor-core path shapes: head_dim 48/64/80/112, one token, a window of 1, a long prefix */
-        check_attention(lc, kvt, K_F32, 12, 4, 48, 130, 33, 40, 1);
-        check_attention(lc, kvt, K_F32, 8, 8, 64, 1, 77, 0, 1);
-        check_attention(lc, kvt, kvt, 14, 2, 64, 65, 100, 0, 1);
-        check_attention(lc, kvt, K_F32, 8, 2, 80, 97, 5, 0, 1);
-        check_attention(lc, kvt, K_F32, 4, 1, 112, 64, 64, 17, 1);
-        check_attention(lc, kvt, K_F32, 4, 2, 128, 129, 3, 1, 1);
-        check_attention(lc, kvt, K_F32, 4, 4, 128, 300, 1000, 0, 1);
+        check_attention(lc, kvt, K_F32, 12, 4, 48, 130, 33, 40);
+        check_attention(lc, kvt, K_F32, 8, 8, 64, 1, 77, 0);
+        check_attention(lc, kvt, kvt, 14, 2, 64, 65, 100, 0);
+        check_attention(lc, kvt, K_F32, 8, 2, 80, 97, 5, 0);
+        check_attention(lc, kvt, K_F32, 4, 1, 112, 64, 64, 17);
+        check_attention(lc, kvt, K_F32, 4, 2, 128, 129, 3, 1);
+        check_attention(lc, kvt, K_F32, 4, 4, 128, 300, 1000, 0);
     }
 }
 

@@ -40,15 +40,6 @@ static double logits_err(const float *got, json_t *ref, int vocab)
     return mx;
 }
 
-static int32_t argmax(const float *l, int n)
-{
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (l[i] > l[b])
-            b = i;
-    return b;
-}
-
 /* ENGINE_TEST_DEVICE=cuda runs every check on the GPU (the test "test_model_cuda"). */
 static engine_device test_device(void)
 {

@@ -50,15 +50,6 @@ static engine_session *session(engine_model *m)
     return s;
 }
 
-static int32_t argmax(const float *l, int n)
-{
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (l[i] > l[b])
-            b = i;
-    return b;
-}
-
 /* max |a - b| / max |b| */
 static double rel_diff(const float *a, const float *b, int n)
 {

@@ -5,6 +5,7 @@
 #ifndef ENGINE_TEST_UTIL_H
 #define ENGINE_TEST_UTIL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,16 @@ static int test_failures;
             test_failures++;                                                \
         }                                                                   \
     } while (0)
+
+/* Index of the largest of l[n], the lowest among equals (as greedy decoding picks). */
+static inline int32_t argmax(const float *l, int n)
+{
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b])
+            b = i;
+    return b;
+}
 
 /* Exit status for main(): prints a summary line. */
 static inline int test_finish(const char *name)

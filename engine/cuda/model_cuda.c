@@ -121,14 +121,6 @@ static engine_status up_tensor(uploader *u, void *dst, k_dtype to, const k_weigh
 
 /* ---- layout ---- */
 
-/* Carve n bytes at a running offset; base NULL only sizes. */
-static void *carve(char *base, uint64_t *off, uint64_t n)
-{
-    uint64_t at = (*off + ALIGN - 1) / ALIGN * ALIGN;
-    *off = at + n;
-    return base ? base + at : NULL;
-}
-
 /* Lay out (and with up != NULL, upload) every weight; returns the bytes needed. */
 static engine_status place(cuda_model *cm, const engine_model *m, char *base, uploader *up, uint64_t *bytes,
                            err_buf *e)
@@ -141,7 +133,7 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
 /* Place a matrix or vector and upload it (vectors as fp32). */
 #define PUT(dst, w, type)                                                                      \
     do {                                                                                       \
-        void *p_ = carve(base, &off, (uint64_t)(w)->rows * (w)->cols * k_dtype_size(type));   \
+        void *p_ = carve(base, &off, (uint64_t)(w)->rows * (w)->cols * k_dtype_size(type), ALIGN);   \
         dst = p_;                                                                              \
         if (up && !st)                                                                         \
             st = up_tensor(up, p_, type, w, e);                                                \
@@ -159,7 +151,7 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         }                                                                                      \
         dst = NULL;                                                                            \
         if (any_) {                                                                            \
-            char *p_ = carve(base, &off, n_ * k_dtype_size(type));                             \
+            char *p_ = carve(base, &off, n_ * k_dtype_size(type), ALIGN);                             \
             dst = (void *)p_;                                                                  \
             for (int i_ = 0; up && !st && i_ < np_; i_++) {                                    \
                 const size_t b_ = (size_t)parts_[i_]->rows * parts_[i_]->cols * k_dtype_size(type); \

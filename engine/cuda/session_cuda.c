@@ -15,13 +15,6 @@
 #define ALIGN 256
 #define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's recommendation for Hopper */
 
-static void *carve(char *base, uint64_t *off, uint64_t n)
-{
-    uint64_t at = (*off + ALIGN - 1) / ALIGN * ALIGN;
-    *off = at + n;
-    return base ? base + at : NULL;
-}
-
 /* Lay out the activation region; base NULL only sizes. */
 static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
 {
@@ -34,22 +27,22 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     if ((uint64_t)c->ffn_dim > widest)
         widest = (uint64_t)c->ffn_dim;
     uint64_t off = 0;
-    cs->x = carve(base, &off, nb * c->dim * sizeof(float));
-    cs->act = carve(base, &off, nb * widest * ws);
-    cs->qkv = carve(base, &off, nb * (qd + 2 * kvd) * sizeof(float));
-    cs->q = carve(base, &off, nb * qd * sizeof(float));
-    cs->att = carve(base, &off, qd * sizeof(float));
-    cs->gu = carve(base, &off, nb * 2 * (uint64_t)c->ffn_dim * sizeof(float));
-    cs->logits = carve(base, &off, (uint64_t)c->vocab_size * sizeof(float));
-    cs->rope_cos = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float));
-    cs->rope_sin = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float));
+    cs->x = carve(base, &off, nb * c->dim * sizeof(float), ALIGN);
+    cs->act = carve(base, &off, nb * widest * ws, ALIGN);
+    cs->qkv = carve(base, &off, nb * (qd + 2 * kvd) * sizeof(float), ALIGN);
+    cs->q = carve(base, &off, nb * qd * sizeof(float), ALIGN);
+    cs->att = carve(base, &off, qd * sizeof(float), ALIGN);
+    cs->gu = carve(base, &off, nb * 2 * (uint64_t)c->ffn_dim * sizeof(float), ALIGN);
+    cs->logits = carve(base, &off, (uint64_t)c->vocab_size * sizeof(float), ALIGN);
+    cs->rope_cos = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float), ALIGN);
+    cs->rope_sin = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float), ALIGN);
     cs->partial =
-        carve(base, &off, launch_attention_decode_scratch(c->n_heads, c->head_dim, cs->n_splits) * sizeof(float));
-    cs->argmax_scratch = carve(base, &off, launch_argmax_scratch());
-    cs->ids = carve(base, &off, nb * sizeof(int32_t));
-    cs->cand_ids = carve(base, &off, CAND_MAX * sizeof(int32_t));
-    cs->cand_vals = carve(base, &off, CAND_MAX * sizeof(float));
-    cs->step = carve(base, &off, STEP_INTS * sizeof(int32_t));
+        carve(base, &off, launch_attention_decode_scratch(c->n_heads, c->head_dim, cs->n_splits) * sizeof(float), ALIGN);
+    cs->argmax_scratch = carve(base, &off, launch_argmax_scratch(), ALIGN);
+    cs->ids = carve(base, &off, nb * sizeof(int32_t), ALIGN);
+    cs->cand_ids = carve(base, &off, CAND_MAX * sizeof(int32_t), ALIGN);
+    cs->cand_vals = carve(base, &off, CAND_MAX * sizeof(float), ALIGN);
+    cs->step = carve(base, &off, STEP_INTS * sizeof(int32_t), ALIGN);
     return off;
 }
 

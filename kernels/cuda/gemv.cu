@@ -20,9 +20,6 @@
 #ifndef GEMV_UNROLL
 #define GEMV_UNROLL 8 /* 16-byte loads per lane per step */
 #endif
-#ifndef GEMV_PDL
-#define GEMV_PDL 1 /* programmatic dependent launch (sm_90): overlap kernel boundaries */
-#endif
 
 /*
  * The input vector in fp32, built once per block into xs[cols]. Loads are
@@ -144,7 +141,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     /* Launched as a programmatic dependent of the previous kernel: the
      * weight loads above overlap its tail; its outputs (our input) are
      * read only after this wait. */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    dependency_wait();
     stage_input<IN>(xs, a.x, a.norm, a.cols, a.eps);
 
     float acc[R];
@@ -157,7 +154,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
         if (k + 1 < total)
             load(nxt, ng, ns);
         else /* the last step: the next kernel may start loading its weights */
-            asm volatile("griddepcontrol.launch_dependents;");
+            dependents_may_launch();
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -218,17 +215,7 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     long blocks = (long)c->n_sms * per_sm;
     if (blocks > needed)
         blocks = needed;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)blocks);
-    cfg.blockDim = dim3(GEMV_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = c->stream;
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = GEMV_PDL;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, *a);
+    cudaError_t e = launch_pdl(kern, dim3((unsigned)blocks), dim3(GEMV_THREADS), smem, c->stream, *a);
     if (e != cudaSuccess)
         return launch_fail(c, "gemv: %s", cudaGetErrorString(e));
     return launch_check(c, "gemv");
