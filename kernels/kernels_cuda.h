@@ -88,16 +88,14 @@ int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
  * rope_qkv step folded in: `r` is what launch_rope_qkv would take for n = 1
  * (q_out unused); the kernel ropes q itself and writes the new k and v into
  * the cache rows at *r->pos0 before using them. The KV length is split
- * among blocks, each keeping a running max and sum, then combined into out
- * [nh*hd] (ot). window > 0: only the last `window` positions (itself
- * included). partial: scratch of launch_attention_decode_scratch(nh, hd,
- * n_splits) floats (needed even for one split). n_splits is fixed when the
- * graph is captured; each split takes an equal share of whatever length
- * the position gives (at most 1024).
+ * among n_splits blocks (1 .. 16; one thread-block cluster per kv head, so
+ * above 8 only where the device allows non-portable cluster sizes, else 8), each
+ * taking an equal share of whatever length the position gives; they merge
+ * their results through distributed shared memory into out [nh*hd] fp32.
+ * window > 0: only the last `window` positions (itself included). Launched
+ * as a programmatic dependent of the kernel before it (the q/k/v product).
  */
-size_t launch_attention_decode_scratch(int n_heads, int head_dim, int n_splits);
-int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, void *out, k_dtype ot, int window, int n_splits,
-                            float *partial);
+int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, float *out, int window, int n_splits);
 
 /*
  * Causal attention of n new tokens at positions pos0 .. pos0+n-1 (host value)

@@ -316,11 +316,10 @@ static void check_attention_decode(launch_ctx *lc, k_dtype kvt, int nh, int nkv,
     float *dcs = dev_copy(cs, (size_t)total * half), *dsn = dev_copy(sn, (size_t)total * half);
     int *dpos = dev_from(&pos, sizeof pos);
     float *dout = dev_alloc((size_t)nh * hd * sizeof(float));
-    float *part = dev_alloc(launch_attention_decode_scratch(nh, hd, splits) * sizeof(float));
     rope_qkv_args a = {.qkv = dqkv, .bias = db, .q_norm = norm ? dqn : NULL, .k_norm = norm ? dkn : NULL,
                        .eps = 1e-6f, .cos = dcs, .sin = dsn, .k_cache = dk, .v_cache = dv, .kvt = kvt,
                        .pos0 = dpos, .n = 1, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd};
-    CHECK_MSG(launch_attention_decode(lc, &a, dout, K_F32, window, splits, part) == 0, "%s", lc->err);
+    CHECK_MSG(launch_attention_decode(lc, &a, dout, window, splits) == 0, "%s", lc->err);
     /* CPU */
     k_ctx kc = cpu_ctx(hd);
     float *q = malloc((size_t)nh * hd * sizeof *q), *kn_row = kv + (size_t)pos * kvd, *vn_row = vv + (size_t)pos * kvd;
@@ -360,15 +359,20 @@ static void check_attention_decode(launch_ctx *lc, k_dtype kvt, int nh, int nkv,
     free(q), free(ref), free(got), free(gk), free(gv), free(kc.scratch), free(kv), free(vv), free(hk), free(hv);
     free(qkv), free(bias), free(qn), free(kn), free(cs), free(sn);
     cudaFree(dk), cudaFree(dv), cudaFree(dqkv), cudaFree(db), cudaFree(dqn), cudaFree(dkn), cudaFree(dcs);
-    cudaFree(dsn), cudaFree(dpos), cudaFree(dout), cudaFree(part);
+    cudaFree(dsn), cudaFree(dpos), cudaFree(dout);
 }
 
 static void test_attention(launch_ctx *lc)
 {
     for (int ti = 0; ti < 3; ti++) {
         const k_dtype kvt = TYPES[ti];
-        /* decode: positions from 0 to thousands, splits 1..16, windows, q/k norms, GQA groups up to 8 */
+        /* decode: positions from 0 to thousands (shares of many chunks), splits
+         * 1..16 (some with no keys), windows, q/k norms, GQA groups up to 32 */
         check_attention_decode(lc, kvt, 8, 4, 8, 0, 0, 1, false);
+        check_attention_decode(lc, kvt, 8, 4, 8, 0, 0, 4, false);
+        check_attention_decode(lc, kvt, 8, 2, 64, 5, 0, 8, true);
+        check_attention_decode(lc, kvt, 32, 1, 256, 100, 0, 3, false); /* past 48 KB of shared memory */
+        check_attention_decode(lc, kvt, 32, 8, 64, 4095, 0, 1, false);
         check_attention_decode(lc, kvt, 4, 2, 16, 37, 0, 4, true);
         check_attention_decode(lc, kvt, 4, 2, 32, 100, 8, 3, true);
         check_attention_decode(lc, kvt, 32, 8, 128, 639, 0, 8, false);
@@ -379,7 +383,7 @@ static void test_attention(launch_ctx *lc)
         check_attention_decode(lc, kvt, 28, 4, 128, 200, 0, 10, false);
         check_attention_decode(lc, kvt, 32, 1, 128, 300, 0, 4, false); /* groups wider than a block's warps loop */
         check_attention_decode(lc, kvt, 16, 1, 256, 300, 0, 4, true);
-        check_attention_decode(lc, kvt, 32, 8, 128, 3000, 0, 256, false);
+        check_attention_decode(lc, kvt, 32, 8, 128, 3000, 1000, 12, false);
         /* prefill: from the start and after a cached prefix, n not a multiple of the tiles */
         check_attention(lc, kvt, kvt, 8, 4, 8, 5, 0, 0);
         check_attention(lc, kvt, K_F32, 4, 2, 16, 37, 0, 0);

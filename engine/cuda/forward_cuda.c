@@ -79,7 +79,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
                          .in = GEMV_IN_RMSNORM, .x = cs->x, .norm = D->attn_norm, .eps = eps};
         TRY(launch_gemv(lc, &qkv));
         rope_qkv_args ra = rope_args(cs, s, l, 1);
-        TRY(launch_attention_decode(lc, &ra, cs->att, K_F32, window_of(m, l), cs->n_splits, cs->partial));
+        TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
         gemv_args o = {.y = cs->x, .accumulate = true, .w = D->wo, .wt = wt, .rows = dim, .cols = qd,
                        .bias = D->b_o, .in = GEMV_IN_F32, .x = cs->att};
         TRY(launch_gemv(lc, &o));

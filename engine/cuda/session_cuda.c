@@ -36,8 +36,6 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->logits = carve(base, &off, (uint64_t)c->vocab_size * sizeof(float), ALIGN);
     cs->rope_cos = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float), ALIGN);
     cs->rope_sin = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float), ALIGN);
-    cs->partial =
-        carve(base, &off, launch_attention_decode_scratch(c->n_heads, c->head_dim, cs->n_splits) * sizeof(float), ALIGN);
     cs->argmax_scratch = carve(base, &off, launch_argmax_scratch(), ALIGN);
     cs->ids = carve(base, &off, nb * sizeof(int32_t), ALIGN);
     cs->cand_ids = carve(base, &off, CAND_MAX * sizeof(int32_t), ALIGN);
@@ -62,14 +60,14 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->cm = m->cuda;
     cs->lc.n_sms = cs->cm->n_sms;
     cs->lc.workspace_bytes = WORKSPACE_BYTES;
-    /* Enough splits of the KV length to give every multiprocessor two
-     * blocks in decode attention (a block per kv head and split): a block
-     * walks its keys 8 at a time, one memory round trip each, so short
-     * shares are what keep attention from showing in the token time. */
-    int splits = 2 * cs->lc.n_sms / c->n_kv_heads;
-    if (splits > s->n_ctx / 16)
-        splits = s->n_ctx / 16;
-    cs->n_splits = splits < 1 ? 1 : splits > 64 ? 64 : splits;
+    /* Decode attention splits each kv head's keys among the blocks of a
+     * cluster: enough that the kv heads' clusters cover the multiprocessors
+     * (a block streams its keys at about one multiprocessor's share of the
+     * memory bandwidth), at most 16 and at most one per 16 positions. */
+    int splits = 1;
+    while (splits < 16 && c->n_kv_heads * splits * 2 <= cs->lc.n_sms && splits * 2 * 16 <= s->n_ctx)
+        splits *= 2;
+    cs->n_splits = splits;
 
     engine_status st = ENGINE_OK;
     const uint64_t kvd = (uint64_t)c->n_kv_heads * c->head_dim;

@@ -67,7 +67,6 @@ struct cuda_session {
     float *logits;        /* [vocab]                                     */
     float *rope_cos;      /* [n_ctx, hd/2]                               */
     float *rope_sin;      /* [n_ctx, hd/2]                               */
-    float *partial;       /* decode attention split results              */
     void *argmax_scratch; /* launch_argmax_scratch() bytes               */
     int32_t *ids;         /* [n_batch]                                   */
     int32_t *cand_ids;    /* [CAND_MAX] sampling candidates              */

@@ -1,231 +1,327 @@
 /*
  * attention_decode.cu: attention of one new token against the KV cache
  * (decode), with the rope_qkv step folded in, flash-decoding style: one
- * query gives little parallelism, so the keys are split among blocks that
- * each write their running max, sum and unnormalised output; a second
- * kernel combines them. The position is read from device memory so the
- * decode graph can be replayed at every position.
+ * query gives little parallelism, so the keys of each kv head are split
+ * among the blocks of a thread-block cluster; each block keeps a running
+ * max, sum and unnormalised output per q head in shared memory, and the
+ * blocks merge them through distributed shared memory. No partial results
+ * go through global memory and no second kernel runs: with a separate
+ * combine launch this op cost about 12 us a layer in the decode of a 1B
+ * model, far more than its keys take to read.
+ *
+ * The kernel is a programmatic dependent of the q/k/v product: the cache
+ * rows it reads (all but the new one) do not depend on that product, so
+ * their copy into shared memory is issued before dependency_wait() and
+ * overlaps the product's tail. The position is read from device memory so
+ * the decode graph can be replayed at every position.
+ *
+ * Keys and values move in 16-byte granules (4-byte copies ran at a few
+ * GB/s per multiprocessor), stored with granule g of row k at g ^ (k % 8)
+ * so that eight threads reading the same granule of eight rows touch all
+ * 32 banks once.
  */
+#include <cooperative_groups.h>
+
 #include "rope.cuh"
 
-/*
- * A block takes one kv head and one share of the positions; its warps are
- * the q heads of that kv head (GQA), so the K and V rows come from memory
- * once and from L1 for the other heads. Groups wider than the block's warps
- * (a register budget: E > 4 needs more than 128 registers a thread) loop,
- * a warp taking heads warp, warp + warps, ... Within a warp the lanes split
- * the head's dimensions; keys go in groups of DEC_KEYS whose loads are all
- * issued before the first is used, and whose dot products reduce side by side.
- */
-#define DEC_KEYS 8
-#define DEC_MAX_SPLITS 1024 /* the combine keeps one weight per split in shared memory */
+namespace cg = cooperative_groups;
 
-template <int E> struct dec_warps {
-    static constexpr int max = E <= 4 ? 16 : 8;
-};
+#define DEC_THREADS 256
+#define DEC_MAX_SPLITS 16 /* blocks in a cluster; above 8 needs non-portable cluster sizes */
+#define DEC_CHUNK_MAX 128 /* keys staged in shared memory at a time */
+#define DEC_SMEM_TARGET (96 * 1024)
 
-template <typename T, int E>
-__device__ __forceinline__ void load_row(float (&out)[E], const T *row, int lane, int hd)
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
 {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Wait until at most N committed groups of this thread are still in flight. */
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* The EL = 16 / sizeof(T) elements of a granule as fp32. */
+template <typename T> __device__ __forceinline__ void granule_f32(const uint4 &g, float *f)
+{
+    const T *e = reinterpret_cast<const T *>(&g);
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-        const int d = lane * E + e;
-        out[e] = d < hd ? to_f32(row[d]) : 0.0f;
-    }
+    for (int i = 0; i < (int)(16 / sizeof(T)); i++)
+        f[i] = to_f32(e[i]);
 }
 
-template <typename T, int E>
-__global__ void __launch_bounds__(32 * dec_warps<E>::max) k_attention_decode(float *partial, rope_qkv_args a, int window)
+/*
+ * Shared memory, in order (16-byte aligned first): two buffers of K and V
+ * chunks [chunk][hb] granules, the new k and v rows [2][hb]; then fp32: per q head
+ * of the group q [G][hd] and the output accumulator [G][hd], the value
+ * sums of the key slices [DEC_THREADS * EL], scores [G][chunk], max, sum
+ * and correction [G], the merge's weights [DEC_MAX_SPLITS][G].
+ */
+struct dec_smem {
+    static __host__ __device__ size_t fixed_bytes(int g, int hd, int es)
+    {
+        return ((size_t)2 * g * hd + 3 * g + DEC_MAX_SPLITS * g + DEC_THREADS * (16 / es)) * 4 + 2 * (size_t)hd * es;
+    }
+    static __host__ __device__ size_t key_bytes(int g, int hd, int es) { return (size_t)4 * hd * es + 4 * g; }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, rope_qkv_args a, int window, int chunk)
 {
-    extern __shared__ float qs[]; /* [warps][hd]: each warp's q after RoPE */
-    const int kvh = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim, group = nh / nkv, kvd = nkv * hd;
+    constexpr int EL = 16 / sizeof(T); /* elements per granule */
+    extern __shared__ uint4 sm[];
+    cg::cluster_group cluster = cg::this_cluster();
+    const int split = (int)cluster.block_rank(), splits = (int)cluster.num_blocks(), kvh = blockIdx.y;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = DEC_THREADS / 32;
+    const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim, G = nh / nkv, kvd = nkv * hd;
+    const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
+    uint4 *kbuf = sm, *vbuf = kbuf + (size_t)2 * chunk * hb, *nrow = vbuf + (size_t)2 * chunk * hb;
+    float *qs = reinterpret_cast<float *>(nrow + 2 * hb), *os = qs + G * hd, *red = os + G * hd;
+    float *sc = red + DEC_THREADS * EL, *ms = sc + G * chunk, *ls = ms + G, *cr = ls + G, *wt = cr + G;
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
-    dependents_may_launch(); /* the combine and the next product may queue up now */
-    const int pos = *a.pos0;
+
+    const int pos = *a.pos0; /* copied in before the graph's first kernel */
     const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
     const int share = (len + splits - 1) / splits;
     const int lo = lo0 + split * share, end = min(lo + share, pos + 1);
-    const float scale = rsqrtf((float)hd);
 
-    /* The rope_qkv step for this token, here rather than in a launch of its
-     * own: the block whose share holds the new position writes the new k and
-     * v into the cache first; every block ropes its q heads below. */
-    if (lo <= pos && pos < end) {
-        if (warp == 0) {
-            const size_t kh = (size_t)(nh + kvh) * hd, vh = (size_t)(nh + nkv + kvh) * hd;
-            T *krow = static_cast<T *>(a.k_cache) + (size_t)pos * kvd + (size_t)kvh * hd;
-            T *vrow = static_cast<T *>(a.v_cache) + (size_t)pos * kvd + (size_t)kvh * hd;
-            rope_head<T>(krow, a.qkv + kh, a.bias ? a.bias + kh : NULL, a.k_norm, a.eps, a.cos, a.sin, pos, hd, true);
-            rope_head<T>(vrow, a.qkv + vh, a.bias ? a.bias + vh : NULL, NULL, a.eps, a.cos, a.sin, pos, hd, false);
+    /* Keys c0 .. c0 + chunk - 1 into buffer b, every copy in flight at
+     * once, as one group. The first chunk goes out before the q/k/v product
+     * is complete, so its new row (pos) comes from the rope step instead; a
+     * later chunk reads it from the cache, where the rope step put it. */
+    auto load_chunk = [&](int c0, int b) {
+        const int nk = min(chunk, end - c0);
+        uint4 *kb = kbuf + (size_t)b * chunk * hb, *vb = vbuf + (size_t)b * chunk * hb;
+        for (int i = tid; i < nk * hb; i += DEC_THREADS) {
+            const int k = i / hb, c = i - k * hb, key = c0 + k;
+            if (key == pos && c0 == lo)
+                continue;
+            const size_t at = (size_t)key * kvd + (size_t)kvh * hd + (size_t)c * EL;
+            const int to = k * hb + (c ^ (k & swz));
+            cp_async16(kb + to, kc + at);
+            cp_async16(vb + to, vc + at);
         }
-        __syncthreads(); /* the new row is visible to every warp of the block */
+        cp_async_commit();
+    };
+    if (lo < end)
+        load_chunk(lo, 0);
+    for (int i = tid; i < G * hd; i += DEC_THREADS)
+        os[i] = 0.0f;
+    for (int g = tid; g < G; g += DEC_THREADS) {
+        ms[g] = -INFINITY;
+        ls[g] = 0.0f;
     }
+    dependents_may_launch(); /* the output projection may start loading its weights */
+    dependency_wait();       /* the q/k/v product is complete */
 
-#pragma unroll 1
-    for (int hq = warp; hq < group; hq += warps) {
-        const int h = kvh * group + hq;
-        rope_head<float>(qs + warp * hd, a.qkv + (size_t)h * hd, a.bias ? a.bias + (size_t)h * hd : NULL, a.q_norm,
-                         a.eps, a.cos, a.sin, pos, hd, true);
+    /* The rope step, a warp per task, all at once: q of each head of the
+     * group into qs; in the block whose share holds the new position, its k
+     * and v into the cache (and into the first chunk, when it is there). */
+    const bool has_new = lo <= pos && pos < end, new_in_first = has_new && pos < lo + chunk;
+    const int tasks = lo < end ? G + (has_new ? 2 : 0) : 0;
+    for (int t = warp; t < tasks; t += warps) {
+        if (t < G) {
+            const size_t h = (size_t)(kvh * G + t) * hd;
+            rope_head<float>(qs + t * hd, a.qkv + h, a.bias ? a.bias + h : NULL, a.q_norm, a.eps, a.cos, a.sin, pos,
+                             hd, true);
+            continue;
+        }
+        const int is_v = t - G;
+        const size_t src = (size_t)(nh + (is_v ? nkv : 0) + kvh) * hd;
+        uint4 *stage = nrow + is_v * hb;
+        rope_head<T>(reinterpret_cast<T *>(stage), a.qkv + src, a.bias ? a.bias + src : NULL,
+                     is_v ? NULL : a.k_norm, a.eps, a.cos, a.sin, pos, hd, !is_v);
         __syncwarp();
-        float qv[E], acc[E];
-#pragma unroll
-        for (int e = 0; e < E; e++) {
-            const int d = lane * E + e;
-            qv[e] = d < hd ? qs[warp * hd + d] * scale : 0.0f;
-            acc[e] = 0.0f;
-        }
-        __syncwarp(); /* every lane has its q before the next head's overwrites it */
-        float m = -INFINITY, l = 0.0f;
-        for (int k0 = lo; k0 < end; k0 += DEC_KEYS) {
-            float kr[DEC_KEYS][E], vr[DEC_KEYS][E];
-#pragma unroll
-            for (int j = 0; j < DEC_KEYS; j++) {
-                const int key = min(k0 + j, end - 1); /* past the end: re-read the last, weight 0 below */
-                const size_t at = (size_t)key * kvd + (size_t)kvh * hd;
-                load_row<T, E>(kr[j], kc + at, lane, hd);
-                load_row<T, E>(vr[j], vc + at, lane, hd);
-            }
-            float sc[DEC_KEYS];
-#pragma unroll
-            for (int j = 0; j < DEC_KEYS; j++) {
-                float d = 0.0f;
-#pragma unroll
-                for (int e = 0; e < E; e++)
-                    d += qv[e] * kr[j][e];
-                sc[j] = d;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-                for (int j = 0; j < DEC_KEYS; j++)
-                    sc[j] += __shfl_xor_sync(0xffffffffu, sc[j], o);
-            float mx = m;
-#pragma unroll
-            for (int j = 0; j < DEC_KEYS; j++)
-                if (k0 + j < end)
-                    mx = fmaxf(mx, sc[j]);
-            const float corr = expf(m - mx);
-            l *= corr;
-#pragma unroll
-            for (int e = 0; e < E; e++)
-                acc[e] *= corr;
-#pragma unroll
-            for (int j = 0; j < DEC_KEYS; j++) {
-                const float p = k0 + j < end ? expf(sc[j] - mx) : 0.0f;
-                l += p;
-#pragma unroll
-                for (int e = 0; e < E; e++)
-                    acc[e] += p * vr[j][e];
-            }
-            m = mx;
-        }
-        float *pp = partial + ((size_t)h * splits + split) * (hd + 2);
-#pragma unroll
-        for (int e = 0; e < E; e++)
-            if (lane * E + e < hd)
-                pp[lane * E + e] = acc[e];
-        if (lane == 0) {
-            pp[hd] = m;
-            pp[hd + 1] = l;
+        uint4 *cache = reinterpret_cast<uint4 *>(static_cast<T *>(is_v ? a.v_cache : a.k_cache) + (size_t)pos * kvd +
+                                                 (size_t)kvh * hd);
+        const int k = pos - lo;
+        for (int c = lane; c < hb; c += 32) {
+            cache[c] = stage[c];
+            if (new_in_first)
+                (is_v ? vbuf : kbuf)[k * hb + (c ^ (k & swz))] = stage[c];
         }
     }
-}
+    __syncthreads(); /* the new rows are in the cache before a later chunk reads them */
 
-/*
- * Merge the splits of each head: out = sum_s w_s acc_s / sum_s w_s l_s with
- * w_s = e^(m_s - M). The weights go to shared memory first, so that the sum
- * over splits is a chain of independent loads (unrolled, many in flight)
- * rather than three dependent passes: with 64 splits those passes cost
- * about 25 us a layer, more than the keys themselves.
- */
-#define COMBINE_THREADS 128
+    const float scale = rsqrtf((float)hd);
+    /* Value sums: thread (slice, head, granule); a slice takes every S-th key. */
+    const int pairs = G * hb, S = pairs >= DEC_THREADS ? 1 : DEC_THREADS / pairs;
+    for (int c0 = lo, b = 0; c0 < end; c0 += chunk, b ^= 1) {
+        const int nk = min(chunk, end - c0);
+        const uint4 *kb = kbuf + (size_t)b * chunk * hb, *vb = vbuf + (size_t)b * chunk * hb;
+        if (c0 + chunk < end) { /* the next chunk streams in while this one is used */
+            load_chunk(c0 + chunk, b ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
 
-template <typename O>
-__global__ void __launch_bounds__(COMBINE_THREADS) k_attention_combine(O *out, const float *partial, int splits, int hd)
-{
-    __shared__ float w[DEC_MAX_SPLITS];
-    __shared__ float part[COMBINE_THREADS / 32];
-    const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    dependents_may_launch();
-    dependency_wait(); /* the split results */
-    const float *pp = partial + (size_t)h * splits * (hd + 2);
-    float mx = -INFINITY;
-    for (int s = threadIdx.x; s < splits; s += COMBINE_THREADS) {
-        const float ms = pp[(size_t)s * (hd + 2) + hd];
-        w[s] = ms;
-        mx = fmaxf(mx, ms);
+        /* Scores: a thread per (head, key), a granule at a time; q is a broadcast. */
+        for (int i = tid; i < G * nk; i += DEC_THREADS) {
+            const int g = i / nk, k = i - g * nk;
+            const uint4 *kr = kb + (size_t)k * hb;
+            const float4 *q = reinterpret_cast<const float4 *>(qs + g * hd);
+            float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll 4
+            for (int c = 0; c < hb; c++) {
+                float f[EL];
+                granule_f32<T>(kr[c ^ (k & swz)], f);
+#pragma unroll
+                for (int e = 0; e < EL; e += 4) {
+                    const float4 qv = q[(c * EL + e) / 4];
+                    d0 += f[e] * qv.x + f[e + 1] * qv.y;
+                    d1 += f[e + 2] * qv.z + f[e + 3] * qv.w;
+                }
+            }
+            sc[g * chunk + k] = (d0 + d1) * scale;
+        }
+        __syncthreads();
+
+        /* Online softmax: a warp per head turns scores into weights. */
+        for (int g = warp; g < G; g += warps) {
+            float *s = sc + g * chunk;
+            float mx = -INFINITY;
+            for (int k = lane; k < nk; k += 32)
+                mx = fmaxf(mx, s[k]);
+            mx = warp_max(mx);
+            const float m_new = fmaxf(ms[g], mx);
+            float sum = 0.0f;
+            for (int k = lane; k < nk; k += 32) {
+                const float p = expf(s[k] - m_new);
+                s[k] = p;
+                sum += p;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                const float corr = expf(ms[g] - m_new); /* 0 for the first chunk (-inf) */
+                cr[g] = corr;
+                ls[g] = ls[g] * corr + sum;
+                ms[g] = m_new;
+            }
+        }
+        __syncthreads();
+
+        /* Weighted values by key slices, then the slices summed into os. */
+        for (int t = tid; t < S * pairs; t += DEC_THREADS) {
+            const int s = t / pairs, r = t - s * pairs, g = r / hb, c = r - g * hb;
+            const float *p = sc + g * chunk;
+            float acc[EL];
+#pragma unroll
+            for (int e = 0; e < EL; e++)
+                acc[e] = 0.0f;
+#pragma unroll 2
+            for (int k = s; k < nk; k += S) {
+                float f[EL];
+                granule_f32<T>(vb[(size_t)k * hb + (c ^ (k & swz))], f);
+                const float pk = p[k];
+#pragma unroll
+                for (int e = 0; e < EL; e++)
+                    acc[e] += pk * f[e];
+            }
+            float *dst = S == 1 ? NULL : red + ((size_t)s * pairs + r) * EL;
+#pragma unroll
+            for (int e = 0; e < EL; e++) {
+                if (S == 1)
+                    os[g * hd + c * EL + e] = os[g * hd + c * EL + e] * cr[g] + acc[e];
+                else
+                    dst[e] = acc[e];
+            }
+        }
+        if (S > 1) {
+            __syncthreads();
+            for (int o = tid; o < G * hd; o += DEC_THREADS) {
+                float v = os[o] * cr[o / hd];
+                for (int s = 0; s < S; s++)
+                    v += red[(size_t)s * G * hd + o]; /* [s][g][c][e] is [s][o] */
+                os[o] = v;
+            }
+        }
+        __syncthreads(); /* before the buffer is refilled and sc, red are overwritten */
     }
-    mx = warp_max(mx);
-    if (lane == 0)
-        part[warp] = mx;
+
+    /* Merge the splits. A warp per head reads every block's max and sum
+     * (a lane per block) and leaves the blocks' weights in wt; then block
+     * `split` finishes every splits-th output of this kv head, its loads
+     * from the others' accumulators all in flight. */
+    cluster.sync();
+    for (int g = warp; g < G; g += warps) {
+        const float m_s = lane < splits ? cluster.map_shared_rank(ms, lane)[g] : -INFINITY;
+        const float l_s = lane < splits ? cluster.map_shared_rank(ls, lane)[g] : 0.0f;
+        const float mx = warp_max(m_s);
+        const float w = m_s == -INFINITY ? 0.0f : expf(m_s - mx); /* -inf: a split with no keys */
+        const float den = warp_sum(w * l_s);
+        if (lane < splits)
+            wt[lane * G + g] = w / den;
+    }
     __syncthreads();
+    for (int o = split * DEC_THREADS + tid; o < G * hd; o += splits * DEC_THREADS) {
+        const int g = o / hd;
+        float part[DEC_MAX_SPLITS];
 #pragma unroll
-    for (int i = 0; i < COMBINE_THREADS / 32; i++)
-        mx = fmaxf(mx, part[i]);
-    float den = 0.0f;
-    for (int s = threadIdx.x; s < splits; s += COMBINE_THREADS) {
-        const float ms = w[s], ws = ms > -INFINITY ? expf(ms - mx) : 0.0f; /* an empty split weighs nothing */
-        w[s] = ws;
-        den += ws * pp[(size_t)s * (hd + 2) + hd + 1];
-    }
-    den = block_sum(den); /* its barriers also publish w[] */
-    const float inv = den > 0.0f ? 1.0f / den : 0.0f;
-    for (int d = threadIdx.x; d < hd; d += COMBINE_THREADS) {
+        for (int s = 0; s < DEC_MAX_SPLITS; s++)
+            part[s] = s < splits ? cluster.map_shared_rank(os, s)[o] : 0.0f;
         float num = 0.0f;
-#pragma unroll 16
-        for (int s = 0; s < splits; s++)
-            num += w[s] * pp[(size_t)s * (hd + 2) + d];
-        out[(size_t)h * hd + d] = from_f32<O>(num * inv);
+#pragma unroll
+        for (int s = 0; s < DEC_MAX_SPLITS; s++)
+            if (s < splits)
+                num += wt[s * G + g] * part[s];
+        out[(size_t)kvh * G * hd + o] = num;
     }
-}
-
-template <typename T, int E>
-static void decode_launch(launch_ctx *c, float *partial, const rope_qkv_args *a, int window, int splits)
-{
-    const int g = a->n_heads / a->n_kv_heads, warps = g < dec_warps<E>::max ? g : dec_warps<E>::max;
-    const dim3 grid((unsigned)a->n_kv_heads, (unsigned)splits), block(32u * (unsigned)warps);
-    const size_t smem = (size_t)warps * a->head_dim * sizeof(float);
-    k_attention_decode<T, E><<<grid, block, smem, c->stream>>>(partial, *a, window);
+    cluster.sync(); /* the others may still be reading this block's shared memory */
 }
 
 template <typename T>
-static void run_decode(launch_ctx *c, float *partial, const rope_qkv_args *a, int window, int splits)
+static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int window, int splits)
 {
-    switch ((a->head_dim + 31) / 32) {
-    case 1: decode_launch<T, 1>(c, partial, a, window, splits); break;
-    case 2: decode_launch<T, 2>(c, partial, a, window, splits); break;
-    case 3: decode_launch<T, 3>(c, partial, a, window, splits); break;
-    case 4: decode_launch<T, 4>(c, partial, a, window, splits); break;
-    case 5:
-    case 6: decode_launch<T, 6>(c, partial, a, window, splits); break;
-    default: decode_launch<T, 8>(c, partial, a, window, splits); break;
+    const int G = a->n_heads / a->n_kv_heads, hd = a->head_dim, es = (int)sizeof(T);
+    /* As many keys a chunk as fit the target, at least 16 (then past it). */
+    const size_t fixed = dec_smem::fixed_bytes(G, hd, es), per_key = dec_smem::key_bytes(G, hd, es);
+    long chunk = ((long)DEC_SMEM_TARGET - (long)fixed) / (long)per_key;
+    chunk = chunk < 16 ? 16 : chunk > DEC_CHUNK_MAX ? DEC_CHUNK_MAX : chunk;
+    const size_t smem = fixed + (size_t)chunk * per_key;
+    auto kern = k_attention_decode<T>;
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return launch_fail(c, "attention_decode: %zu bytes of shared memory (group %d, head_dim %d): %s", smem, G, hd,
+                           cudaGetErrorString(cudaGetLastError()));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)splits, (unsigned)a->n_kv_heads);
+    cfg.blockDim = dim3(DEC_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute attr[2] = {};
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)splits;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    if (splits > 8) { /* a non-portable cluster size: where the device cannot hold one, 8 */
+        int clusters = 0;
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+            cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg) != cudaSuccess || clusters < 1) {
+            (void)cudaGetLastError();
+            splits = 8;
+            cfg.gridDim.x = attr[0].val.clusterDim.x = 8;
+        }
     }
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, out, *a, window, (int)chunk);
+    if (e != cudaSuccess)
+        return launch_fail(c, "attention_decode: %s", cudaGetErrorString(e));
+    return launch_check(c, "attention_decode");
 }
 
-extern "C" size_t launch_attention_decode_scratch(int n_heads, int head_dim, int n_splits)
-{
-    return (size_t)n_heads * n_splits * (head_dim + 2);
-}
-
-extern "C" int launch_attention_decode(launch_ctx *c, const rope_qkv_args *a, void *out, k_dtype ot, int window,
-                                       int n_splits, float *partial)
+extern "C" int launch_attention_decode(launch_ctx *c, const rope_qkv_args *a, float *out, int window, int n_splits)
 {
     const int nh = a->n_heads, nkv = a->n_kv_heads, hd = a->head_dim;
-    if (!out || !a->qkv || !a->k_cache || !a->v_cache || !a->pos0 || !a->cos || !a->sin || !partial || a->n != 1 ||
-        nh <= 0 || nkv <= 0 || nh % nkv || hd <= 0 || hd > 256 || hd % 2 || (!a->q_norm) != (!a->k_norm) ||
-        n_splits < 1 || n_splits > DEC_MAX_SPLITS)
-        return launch_fail(c, "attention_decode: bad arguments (n %d, heads %d/%d, head_dim %d, %d splits)", a->n, nh,
-                           nkv, hd, n_splits);
-    DISPATCH_TYPE(a->kvt, T, run_decode<T>(c, partial, a, window, n_splits));
-    if (launch_check(c, "attention_decode"))
-        return -1;
-    DISPATCH_TYPE(ot, O, {
-        cudaError_t e = launch_pdl(k_attention_combine<O>, dim3(nh), dim3(COMBINE_THREADS), 0, c->stream,
-                                   static_cast<O *>(out), static_cast<const float *>(partial), n_splits, hd);
-        if (e != cudaSuccess)
-            return launch_fail(c, "attention_decode combine: %s", cudaGetErrorString(e));
-    });
-    return launch_check(c, "attention_decode combine");
+    if (!out || !a->qkv || !a->k_cache || !a->v_cache || !a->pos0 || !a->cos || !a->sin || a->n != 1 || nh <= 0 ||
+        nkv <= 0 || nh % nkv || hd <= 0 || hd > 256 || hd % 8 || (!a->q_norm) != (!a->k_norm) || n_splits < 1 ||
+        n_splits > DEC_MAX_SPLITS)
+        return launch_fail(c, "attention_decode: bad arguments (n %d, heads %d/%d, head_dim %d (a multiple of 8 up "
+                              "to 256), %d splits)",
+                           a->n, nh, nkv, hd, n_splits);
+    DISPATCH_TYPE(a->kvt, T, return run_decode<T>(c, out, a, window, n_splits));
+    return 0;
 }
