@@ -77,8 +77,10 @@ for linkage in shared static; do
 done
 
 # --- through the CMake package -----------------------------------------------
+# One build folder, reconfigured for the static library: the compilers are
+# probed once.
+d=$T/cmake
 for linkage in shared static; do
-  d=$T/cmake-$linkage
   static=OFF
   [ $linkage = static ] && static=ON
   if cmake -S "$SRC/examples" -B "$d" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$P" -DENGINE_EXAMPLES_STATIC=$static \
@@ -91,7 +93,7 @@ for linkage in shared static; do
 done
 # An unknown component is refused.
 mkdir -p "$T/badcomp"
-printf 'cmake_minimum_required(VERSION 3.20)\nproject(p C)\nfind_package(engine CONFIG REQUIRED COMPONENTS nonesuch)\n' \
+printf 'cmake_minimum_required(VERSION 3.20)\nproject(p NONE)\nfind_package(engine CONFIG REQUIRED COMPONENTS nonesuch)\n' \
   >"$T/badcomp/CMakeLists.txt"
 cmake -S "$T/badcomp" -B "$T/badcomp/b" -DCMAKE_PREFIX_PATH="$P" >"$T/cmake.log" 2>&1 &&
   fail "find_package(engine COMPONENTS nonesuch) succeeded"
