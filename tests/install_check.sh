@@ -58,6 +58,7 @@ run_examples() {
 }
 
 # --- through pkg-config ------------------------------------------------------
+# Strict C11 and C++17: the installed header is held to what test_header_* ask of the tree's.
 export PKG_CONFIG_PATH=$LIB/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 for linkage in shared static; do
   pc=engine
@@ -69,9 +70,9 @@ for linkage in shared static; do
   [ $linkage = shared ] && rpath="-Wl,-rpath,$(pkg-config --variable=libdir $pc)"
   # shellcheck disable=SC2086 # flags are words
   {
-    "$CC" -std=c11 -Wall -Wextra -Werror "$SRC/examples/simple.c" -o "$d/simple" $flags $rpath &&
-      "$CC" -std=c11 -Wall -Wextra -Werror -pthread "$SRC/examples/two_sessions.c" -o "$d/two_sessions" $flags $rpath &&
-      { [ $have_cxx = 0 ] || "$CXX" -std=c++17 -Wall -Wextra -Werror "$SRC/examples/simple.cpp" -o "$d/simple_cpp" $flags $rpath; }
+    "$CC" -std=c11 -pedantic -Wall -Wextra -Werror "$SRC/examples/simple.c" -o "$d/simple" $flags $rpath &&
+      "$CC" -std=c11 -pedantic -Wall -Wextra -Werror -pthread "$SRC/examples/two_sessions.c" -o "$d/two_sessions" $flags $rpath &&
+      { [ $have_cxx = 0 ] || "$CXX" -std=c++17 -pedantic -Wall -Wextra -Werror "$SRC/examples/simple.cpp" -o "$d/simple_cpp" $flags $rpath; }
   } 2>"$T/err" || { fail "pkg-config $linkage: build: $(head -c 2000 "$T/err")"; continue; }
   run_examples "$d" "pkg-config $linkage" $linkage
 done
