@@ -81,11 +81,13 @@ done
 # One build folder, reconfigured for the static library: the compilers are
 # probed once.
 d=$T/cmake
+cxx_flag=""
+[ $have_cxx = 1 ] && cxx_flag=-DCMAKE_CXX_COMPILER=$CXX
 for linkage in shared static; do
   static=OFF
   [ $linkage = static ] && static=ON
   if cmake -S "$SRC/examples" -B "$d" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$P" -DENGINE_EXAMPLES_STATIC=$static \
-    -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_FLAGS=-Werror -DCMAKE_CXX_FLAGS=-Werror \
+    -DCMAKE_C_COMPILER="$CC" ${cxx_flag:+"$cxx_flag"} -DCMAKE_C_FLAGS=-Werror -DCMAKE_CXX_FLAGS=-Werror \
     >"$T/cmake.log" 2>&1 && cmake --build "$d" -j 2 >>"$T/cmake.log" 2>&1; then
     run_examples "$d" "cmake $linkage" $linkage
   else
