@@ -1,6 +1,7 @@
 /*
  * api.c: the small public calls that belong to no larger module: version,
- * status names, and the tokenizer handle wrapped around loaders/tokenizer.
+ * status names, and the tokenizer and streaming-decoder handles wrapped
+ * around loaders/tokenizer.
  */
 #define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
 
@@ -170,4 +171,42 @@ int32_t engine_tokenizer_eos(const engine_tokenizer *t)
 const char *engine_tokenizer_last_error(const engine_tokenizer *t)
 {
     return t ? t->err.msg : "";
+}
+
+struct engine_detokenizer {
+    tok_stream *stream;
+};
+
+engine_status engine_detokenizer_create(const engine_tokenizer *t, int skip_special, engine_detokenizer **out)
+{
+    if (!out)
+        return ENGINE_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!t)
+        return ENGINE_ERR_INVALID_ARG;
+    engine_detokenizer *d = calloc(1, sizeof *d);
+    if (!d || !(d->stream = tok_stream_new(t->tok, skip_special != 0))) {
+        free(d);
+        return ENGINE_ERR_OUT_OF_MEMORY;
+    }
+    *out = d;
+    return ENGINE_OK;
+}
+
+void engine_detokenizer_free(engine_detokenizer *d)
+{
+    if (!d)
+        return;
+    tok_stream_free(d->stream);
+    free(d);
+}
+
+engine_status engine_detokenizer_push(engine_detokenizer *d, int32_t id, const char **text, size_t *len)
+{
+    return d ? tok_stream_push(d->stream, id, text, len) : ENGINE_ERR_INVALID_ARG;
+}
+
+engine_status engine_detokenizer_flush(engine_detokenizer *d, const char **text, size_t *len)
+{
+    return d ? tok_stream_flush(d->stream, text, len) : ENGINE_ERR_INVALID_ARG;
 }

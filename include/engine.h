@@ -168,6 +168,28 @@ ENGINE_API int32_t engine_tokenizer_eos(const engine_tokenizer *tok); /* -1 if n
  * failed last. */
 ENGINE_API const char *engine_tokenizer_last_error(const engine_tokenizer *tok);
 
+/*
+ * Incremental decoding, for programs that run their own evaluate-and-sample
+ * loop: push ids one at a time and get the text each one completes (empty
+ * while a UTF-8 character is still incomplete). The concatenation of every
+ * push and a final flush equals engine_detokenize() of all the ids pushed,
+ * so to print only a continuation, push the prompt's ids first and discard
+ * their text (as engine_generate does). skip_special: leave special tokens
+ * out. The tokenizer must outlive the decoder; a decoder is used by one
+ * thread at a time. Free with engine_detokenizer_free() (NULL: no-op).
+ */
+typedef struct engine_detokenizer engine_detokenizer;
+ENGINE_API engine_status engine_detokenizer_create(const engine_tokenizer *tok, int skip_special,
+                                                   engine_detokenizer **out);
+ENGINE_API void engine_detokenizer_free(engine_detokenizer *d);
+/* *text and *len receive the newly completed text, owned by d and valid until the next
+ * call on it. ENGINE_ERR_INVALID_ARG for an id outside the vocabulary. */
+ENGINE_API engine_status engine_detokenizer_push(engine_detokenizer *d, int32_t id, const char **text,
+                                                 size_t *len);
+/* The text still held back (an incomplete character comes out as U+FFFD);
+ * pushing may go on afterwards. */
+ENGINE_API engine_status engine_detokenizer_flush(engine_detokenizer *d, const char **text, size_t *len);
+
 /* ---------------------------------------------------------------- session */
 
 typedef struct engine_session_params {

@@ -124,6 +124,62 @@ int main(void)
     /* The context holds the prompt and all generated tokens but the last. */
     CHECK(engine_session_n_past(s) == (int)(n + ng - 1));
 
+    /* The streaming decoder: pushes plus flush equal the whole decode, and
+     * after the prompt's ids it yields what engine_generate streamed. */
+    engine_detokenizer *dt = (engine_detokenizer *)&err;
+    CHECK(engine_detokenizer_create(NULL, 1, &dt) == ENGINE_ERR_INVALID_ARG && dt == NULL);
+    engine_detokenizer_free(NULL);
+    CHECK(engine_detokenizer_create(tok, 1, &dt) == ENGINE_OK && dt);
+    char streamed[8192] = "", cont[8192] = "";
+    size_t sl = 0, cl = 0;
+    for (size_t i = 0; dt && i < n + ng; i++) {
+        const char *piece = NULL;
+        size_t pl = 0;
+        CHECK(engine_detokenizer_push(dt, all_ids[i], &piece, &pl) == ENGINE_OK && piece);
+        if (piece && sl + pl < sizeof streamed) {
+            memcpy(streamed + sl, piece, pl);
+            sl += pl;
+            if (i >= n) {
+                memcpy(cont + cl, piece, pl);
+                cl += pl;
+            }
+        }
+    }
+    const char *rest = NULL;
+    size_t rl = 0;
+    CHECK(dt && engine_detokenizer_flush(dt, &rest, &rl) == ENGINE_OK);
+    if (rest && sl + rl < sizeof streamed) {
+        memcpy(streamed + sl, rest, rl);
+        memcpy(cont + cl, rest, rl);
+        sl += rl;
+        cl += rl;
+    }
+    streamed[sl] = cont[cl] = '\0';
+    CHECK_MSG(strcmp(streamed, full) == 0, "pushed '%s' vs decoded '%s'", streamed, full);
+    CHECK_MSG(strcmp(cont, st.text) == 0, "continuation '%s' vs generated '%s'", cont, st.text);
+    const char *piece = NULL;
+    size_t pl = 1;
+    CHECK(engine_detokenizer_push(dt, 100000, &piece, &pl) == ENGINE_ERR_INVALID_ARG);
+    CHECK(engine_detokenizer_push(NULL, 1, &piece, &pl) == ENGINE_ERR_INVALID_ARG);
+    engine_detokenizer_free(dt);
+
+    /* A character split over byte tokens comes out whole when the byte run
+     * ends (a later byte could still change it, as in tokenizers); cut
+     * short, the flush gives U+FFFD. */
+    const int32_t euro[] = {3 + 0xe2, 3 + 0x82, 3 + 0xac}; /* byte-fallback tokens <0xE2><0x82><0xAC> */
+    const size_t ne = 3;
+    CHECK(engine_detokenize(tok, euro, ne, 1, text, sizeof text, &len) == ENGINE_OK && strcmp(text, "\xe2\x82\xac") == 0);
+    CHECK(engine_detokenizer_create(tok, 1, &dt) == ENGINE_OK);
+    for (size_t i = 0; dt && i < ne; i++) {
+        CHECK(engine_detokenizer_push(dt, euro[i], &piece, &pl) == ENGINE_OK);
+        CHECK_MSG(pl == 0, "byte %zu gave %zu bytes", i, pl);
+    }
+    CHECK(dt && engine_detokenizer_push(dt, ids[1], &piece, &pl) == ENGINE_OK); /* "Once" */
+    CHECK_MSG(pl > 3 && memcmp(piece, "\xe2\x82\xac", 3) == 0, "after the run: '%.*s'", (int)pl, piece);
+    CHECK(dt && engine_detokenizer_push(dt, euro[0], &piece, &pl) == ENGINE_OK && pl == 0);
+    CHECK(dt && engine_detokenizer_flush(dt, &piece, &pl) == ENGINE_OK && pl == 3 && memcmp(piece, "\xef\xbf\xbd", 3) == 0);
+    engine_detokenizer_free(dt);
+
     /* The callback stops generation. */
     engine_session_reset(s);
     memset(&st, 0, sizeof st);
