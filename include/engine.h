@@ -82,12 +82,27 @@ typedef struct engine_sampler engine_sampler;     /* sampling state and RNG     
 
 /* ------------------------------------------------------------------ model */
 
+/* Quantized weight formats (docs/FORMATS.md). Values are append-only. */
+typedef enum engine_quant {
+    ENGINE_QUANT_NONE = 0,
+    ENGINE_QUANT_INT8 = 1,      /* int8, one fp32 scale per output row          */
+    ENGINE_QUANT_NF4 = 2,       /* bitsandbytes NF4, blocks of 64               */
+    ENGINE_QUANT_INT8_G128 = 3, /* int8, one scale per 128 input columns        */
+    ENGINE_QUANT_NF4_DQ = 4,    /* NF4 with double-quantized (8-bit) absmax     */
+    ENGINE_QUANT_FP4 = 5        /* bitsandbytes FP4, blocks of 64               */
+} engine_quant;
+
 typedef struct engine_model_params {
     engine_device device;  /* default ENGINE_DEVICE_AUTO                   */
     int n_threads;         /* CPU threads; 0 = all cores (default)         */
     uint64_t vram_budget;  /* device bytes; 0 = free memory minus a margin */
     engine_log_fn log;     /* NULL: the library stays silent               */
     void *log_user;
+    /* Quantize the dense (F32/F16/BF16) linear weights of the decoder layers
+     * while loading, into host memory the model owns (embeddings, norms and
+     * lm_head stay as stored; already quantized tensors are kept). Default
+     * ENGINE_QUANT_NONE. Quantized models run on the CPU only for now. */
+    engine_quant quant;
 } engine_model_params;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
@@ -120,7 +135,7 @@ typedef struct engine_model_info {
     int eos_id;      /* first end-of-sequence id, -1 if none */
     uint64_t n_params;
     uint64_t weight_bytes; /* bytes of all weights as stored */
-    const char *weight_dtype; /* "f32", "f16", "bf16" (the dominant type) */
+    const char *weight_dtype; /* "f32", "f16", "bf16", "int8", "nf4", "fp4" (the layers' type) */
     engine_device device;     /* where the model runs: CPU or CUDA, never AUTO */
     int tied_embeddings;      /* 1 when the output matrix is the embedding table */
 } engine_model_info;
