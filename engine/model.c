@@ -52,8 +52,7 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* Split path into the checkpoint's folder and its weights file. */
-static engine_status resolve_paths(const char *path, char *dir, char *weights, err_buf *e)
+engine_status model_resolve_paths(const char *path, char *dir, char *weights, err_buf *e)
 {
     struct stat st;
     if (stat(path, &st) != 0)
@@ -167,7 +166,7 @@ static engine_status quantize_on_load(engine_model *m, engine_quant q, const cha
 static engine_status load(engine_model *m, const char *path, err_buf *e)
 {
     char dir[PATH_MAX], weights[PATH_MAX], file[PATH_MAX + 32];
-    engine_status st = resolve_paths(path, dir, weights, e);
+    engine_status st = model_resolve_paths(path, dir, weights, e);
     if (st)
         return st;
 

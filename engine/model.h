@@ -127,6 +127,12 @@ static inline void *carve(char *base, uint64_t *off, uint64_t n, uint64_t align)
     return base ? base + at : NULL;
 }
 
+/*
+ * Split what the user named (a .safetensors file, a folder, an index .json)
+ * into the checkpoint's folder and its weights file; both PATH_MAX buffers.
+ */
+engine_status model_resolve_paths(const char *path, char *dir, char *weights, err_buf *e);
+
 /* Log through the model's callback, if any. */
 void model_log(const engine_model *m, engine_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -305,6 +305,54 @@ typedef struct engine_memory_report {
 
 ENGINE_API engine_status engine_session_memory(const engine_session *s, engine_memory_report *r);
 
+/* ----------------------------------------------------------- quantization */
+
+/* What engine_quantize did with one source tensor; passed to the callback. */
+typedef struct engine_quantize_tensor {
+    const char *name;      /* valid during the callback                     */
+    size_t index, count;   /* position among the source tensors, and their number */
+    int quantized;         /* 0: copied as stored                           */
+    uint64_t bytes_in;     /* bytes in the source                           */
+    uint64_t bytes_out;    /* bytes written for it (all its parts)          */
+    double rms;            /* RMS of the source values (quantized only)     */
+    double rms_err;        /* RMS of dequantized - source                   */
+    double max_err;        /* largest |dequantized - source|                */
+} engine_quantize_tensor;
+
+typedef void (*engine_quantize_fn)(const engine_quantize_tensor *t, void *user);
+
+typedef struct engine_quantize_params {
+    engine_quant type;          /* default ENGINE_QUANT_NF4                          */
+    const char *const *skip;    /* glob patterns (fnmatch) of names to keep as stored */
+    size_t n_skip;
+    uint64_t max_shard_bytes;   /* start a new shard past this; 0 = 4 GiB            */
+    int n_threads;              /* 0 = all cores                                     */
+    engine_quantize_fn on_tensor; /* progress; may be NULL                          */
+    void *user;
+} engine_quantize_params;
+
+typedef struct engine_quantize_stats {
+    uint64_t bytes_in, bytes_out; /* tensor data before and after          */
+    size_t n_tensors, n_quantized;
+    int n_shards;
+} engine_quantize_stats;
+
+ENGINE_API engine_quantize_params engine_quantize_default_params(void);
+
+/*
+ * Write a quantized copy of the checkpoint at in (anything
+ * engine_model_load accepts) as the folder out, which must not exist: the
+ * decoder layers' linear weights (names ending in "_proj.weight", unless a
+ * skip pattern matches) in the format docs/FORMATS.md specifies, every other
+ * tensor as stored, sharded past max_shard_bytes, with config.json,
+ * generation_config.json and the tokenizer files copied. Everything is
+ * written under a temporary name beside out and renamed at the end, so an
+ * interrupted or failed run never leaves a folder named out; on failure the
+ * temporary folder is removed. stats (may be NULL) gets the totals.
+ */
+ENGINE_API engine_status engine_quantize(const char *in, const char *out, const engine_quantize_params *params,
+                                         engine_quantize_stats *stats, char *err, size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif
