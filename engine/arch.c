@@ -108,6 +108,11 @@ engine_status model_bind_weights(engine_model *m, err_buf *e)
     } while (0)
 
     BIND_NAMED(&m->tok_emb, "model.embed_tokens.weight", c->vocab_size, dim, false);
+    /* k_embed reads rows of a dense table; a quantized one would have to be
+     * decoded per token, which no writer here produces. */
+    if (k_dtype_is_quant(m->tok_emb.dtype))
+        return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: 'model.embed_tokens.weight' is quantized; embeddings must be "
+                       "F32, F16 or BF16", st_file_path(m->weights, st_find(m->weights, name)->shard));
     BIND_NAMED(&m->out_norm, "model.norm.weight", dim, 0, false);
     /* Tied checkpoints usually omit lm_head; some keep a copy, which is then used. */
     BIND_NAMED(&m->lm_head, "lm_head.weight", c->vocab_size, dim, c->tie_embeddings);

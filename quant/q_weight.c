@@ -52,6 +52,16 @@ engine_status q_quantize_weight(const k_weight *src, const q_spec *spec, int n_t
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (n >= 65536)
     for (int r = 0; r < rows; r++)
         k_dequant_row(src, r, 0, cols, f + (size_t)r * cols);
+    /* A scale computed from inf or NaN would poison its whole group or block. */
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (!isfinite(f[i]))
+            bad = i;
+    if (bad < n) {
+        const char *what = isnan(f[bad]) ? "NaN" : "infinite";
+        free(f);
+        return err_set(e, ENGINE_ERR_FORMAT, "%s: element %zu is %s; cannot quantize", name, bad, what);
+    }
 
     k_weight *w = &out->w;
     w->dtype = spec->type;

@@ -106,7 +106,7 @@ int main(int argc, char **argv)
         }
     }
     if (!in || !out || !type) {
-        fputs(USAGE, stderr);
+        fprintf(stderr, "quantize: %s is required (see quantize --help)\n", !in ? "IN" : !out ? "OUT" : "--type");
         return 2;
     }
     if (!strcmp(type, "int8") || !strcmp(type, "int8-g128")) {
