@@ -57,6 +57,23 @@ grep -q "28 of 47 tensors quantized" "$T/o" || fail "--skip: $(cat "$T/o")"
 [ -s "$T/e" ] && fail "--quiet still printed: $(head -1 "$T/e")"
 "$INFER" "$T/int8" --prompt "Once upon a time" -n 8 >/dev/null 2>"$T/e" || fail "infer on sharded int8: $(cat "$T/e")"
 
+# --- corrupted quantized files: infer fails with one line naming the file ------
+corrupt() { # what perl-substitution expected-message
+  rm -rf "$T/c"
+  cp -r "$T/nf4" "$T/c"
+  perl -0777 -pi -e "$2" "$T/c/model.safetensors"
+  cmp -s "$T/nf4/model.safetensors" "$T/c/model.safetensors" && fail "corrupt $1: the edit did not apply"
+  "$INFER" "$T/c" --prompt-ids 1,2 -n 1 >/dev/null 2>"$T/e"
+  local rc=$?
+  [ "$rc" -eq 1 ] || fail "infer on a file with $1 exited $rc: $(cat "$T/e")"
+  [ "$(wc -l <"$T/e")" -eq 1 ] || fail "corrupt $1: not one line: $(cat "$T/e")"
+  grep -q "model.safetensors: .*$3" "$T/e" || fail "corrupt $1: message $(cat "$T/e")"
+}
+corrupt "a bad blocksize" 's/"blocksize": 64/"blocksize": 63/' "blocksize must be"
+corrupt "a wrong shape" 's/"shape": \[172, 64\]/"shape": [172, 65]/' "shape is not"
+corrupt "a missing absmax" 's/up_proj.weight.absmax"/up_proj.weight.absmaz"/' "lacks"
+corrupt "a broken quant_state" 's/\{"quant_type": "nf4"/{"quant_type"; "nf4"/' "not a JSON object"
+
 # --- bad arguments (exit 2) -----------------------------------------------------
 expect_error 2 "$T/x" "$MODEL" "$T/x"
 expect_error 2 "$T/x" "$MODEL" "$T/x" --type int3
