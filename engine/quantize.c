@@ -56,6 +56,7 @@ typedef struct plan {
     size_t n_parts, cap_parts;
     int n_shards;
     uint64_t *shard_bytes; /* [n_shards] data bytes */
+    const char *tmp;       /* the temporary output folder */
 } plan;
 
 engine_quantize_params engine_quantize_default_params(void)
@@ -312,7 +313,8 @@ static engine_status write_source(const plan *p, size_t i, size_t first, const i
                                   int n_threads, engine_quantize_tensor *info, err_buf *e)
 {
     const st_tensor *t = st_at(p->in, i);
-    const char *tmp_file = st_file_path(p->in, t->shard);
+    char what[PATH_MAX + NAME_MAX_LEN + 16]; /* names the file and tensor in errors */
+    snprintf(what, sizeof what, "%s: tensor '%s'", st_file_path(p->in, t->shard), t->name);
     q_weight qw;
     memset(&qw, 0, sizeof qw);
     info->name = t->name;
@@ -322,7 +324,7 @@ static engine_status write_source(const plan *p, size_t i, size_t first, const i
                     p->quant[i] ? (int)t->shape[0] : 0, p->quant[i] ? (int)t->shape[1] : 0};
     engine_status st = ENGINE_OK;
     if (p->quant[i]) {
-        if ((st = q_quantize_weight(&src, &p->spec, n_threads, &qw, t->name, e)))
+        if ((st = q_quantize_weight(&src, &p->spec, n_threads, &qw, what, e)))
             return st;
         q_error qe;
         q_measure_error(&src, &qw.w, n_threads, &qe);
@@ -345,14 +347,16 @@ static engine_status write_source(const plan *p, size_t i, size_t first, const i
         case P_STATE: {
             const int n = state_json(js, sizeof js, &p->spec, t->dtype, src.rows, src.cols, qw.w.absmax_offset);
             if (!isfinite(qw.w.absmax_offset) || n < 0 || (uint64_t)n != o->nbytes)
-                st = err_set(e, ENGINE_ERR_FORMAT, "%s: tensor '%s' has non-finite values; cannot quantize it",
-                             tmp_file, t->name);
+                st = err_set(e, ENGINE_ERR_FORMAT, "%s: non-finite absmax offset; cannot quantize it", what);
             bytes = js;
             break;
         }
         }
-        if (!st && !write_at(fds[o->shard], bytes, o->nbytes, data_start[o->shard] + o->offset))
-            st = err_set(e, ENGINE_ERR_IO, "writing '%s': %s", o->name, strerror(errno));
+        if (!st && !write_at(fds[o->shard], bytes, o->nbytes, data_start[o->shard] + o->offset)) {
+            char file[64];
+            shard_name(file, sizeof file, o->shard, p->n_shards);
+            st = err_set(e, ENGINE_ERR_IO, "%s/%s: writing '%s' failed: %s", p->tmp, file, o->name, strerror(errno));
+        }
         info->bytes_out += o->nbytes;
     }
     q_weight_free(&qw);
@@ -404,6 +408,7 @@ static engine_status quantize_run(plan *p, st_set *set, const char *dir, const c
         tmp[0] = '\0';
         return err_set(e, ENGINE_ERR_IO, "%s: cannot create a temporary folder beside it: %s", out, strerror(saved));
     }
+    p->tmp = tmp;
     int *fds = calloc((size_t)p->n_shards, sizeof *fds);
     uint64_t *data_start = calloc((size_t)p->n_shards, sizeof *data_start);
     if (!fds || !data_start) {
