@@ -253,6 +253,30 @@ static void check_bnb(const char *name)
     json_decref(ref);
 }
 
+/* Bad parameters and devices fail cleanly: a status, a message, no model. */
+static void check_refusals(const char *path)
+{
+    char err[512] = "";
+    engine_model_params mp = engine_model_default_params();
+    mp.n_threads = 2;
+    mp.device = ENGINE_DEVICE_CPU;
+    mp.quant = (engine_quant)99;
+    engine_model *m = (engine_model *)&mp; /* must be reset to NULL */
+    CHECK(engine_model_load(path, &mp, &m, err, sizeof err) == ENGINE_ERR_INVALID_ARG && m == NULL &&
+          strstr(err, "quantization") != NULL);
+    /* No build runs quantized weights on CUDA yet: without the backend or a
+     * GPU that is the reason given, with one the quantized weights are. */
+    mp.quant = ENGINE_QUANT_NF4;
+    mp.device = ENGINE_DEVICE_CUDA;
+    err[0] = '\0';
+    m = (engine_model *)&mp;
+    CHECK(engine_model_load(path, &mp, &m, err, sizeof err) == ENGINE_ERR_UNSUPPORTED && m == NULL && err[0]);
+    engine_quantize_params qp = engine_quantize_default_params();
+    qp.type = (engine_quant)99;
+    CHECK(engine_quantize(path, "/nonexistent/x", &qp, NULL, err, sizeof err) == ENGINE_ERR_INVALID_ARG);
+    CHECK(engine_quantize(NULL, "x", NULL, NULL, err, sizeof err) == ENGINE_ERR_INVALID_ARG);
+}
+
 int main(void)
 {
     char path[1024], refp[1024];
@@ -268,6 +292,7 @@ int main(void)
         check_files(path, ENGINE_QUANT_INT8_G128, "int8-g128", ids, 64);
     }
     json_decref(ref);
+    check_refusals(path);
 
     const char *fixtures[] = {"llama_f32",       "llama_tied_bf16_oldconfig", "llama_bias_f16",
                               "mistral_sharded", "qwen2_bf16",                "qwen3_f32"};
