@@ -5,6 +5,7 @@
 # arguments and bad input files (one-line error, exit status 1 or 2, never
 # a signal), and that a failed run leaves neither OUT nor its temporary
 # folder behind and never touches an existing OUT.
+# infer runs with --device cpu: quantized models do not run on CUDA yet.
 # usage: test_quantize_cli.sh QUANTIZE INFER REPO_ROOT
 set -u
 QUANTIZE=$1 INFER=$2 ROOT=$3
@@ -42,8 +43,8 @@ ls -d "$T"/nf4.tmp-* >/dev/null 2>&1 && fail "a temporary folder is left after s
 [ "$(stat -c %s "$T/nf4/model.safetensors")" -lt "$(stat -c %s "$MODEL/model.safetensors")" ] || fail "output is not smaller"
 
 # infer maps the result; its tokens equal those of quantizing while loading.
-a=$("$INFER" "$T/nf4" --prompt "Once upon a time" -n 30 --json 2>"$T/e" | tail -n 1) || fail "infer on the output: $(cat "$T/e")"
-b=$("$INFER" "$MODEL" --quant nf4-dq --prompt "Once upon a time" -n 30 --json 2>/dev/null | tail -n 1)
+a=$("$INFER" "$T/nf4" --device cpu --prompt "Once upon a time" -n 30 --json 2>"$T/e" | tail -n 1) || fail "infer on the output: $(cat "$T/e")"
+b=$("$INFER" "$MODEL" --device cpu --quant nf4-dq --prompt "Once upon a time" -n 30 --json 2>/dev/null | tail -n 1)
 [ -n "$a" ] && [ "$(jq -c .generated_ids <<<"$a")" = "$(jq -c .generated_ids <<<"$b")" ] ||
   fail "file and on-load nf4-dq differ: $(jq -c .generated_ids <<<"$a") vs $(jq -c .generated_ids <<<"$b")"
 jq -e '.memory.weights_mapped > 0' <<<"$a" >/dev/null || fail "weights are not reported as mapped"
@@ -55,7 +56,7 @@ grep -q "28 of 47 tensors quantized" "$T/o" || fail "--skip: $(cat "$T/o")"
 [ -f "$T/int8/model.safetensors.index.json" ] || fail "no index for a sharded output"
 [ "$(ls "$T"/int8/model-*-of-*.safetensors | wc -l)" -gt 1 ] || fail "--shard-size 100K gave one shard"
 [ -s "$T/e" ] && fail "--quiet still printed: $(head -1 "$T/e")"
-"$INFER" "$T/int8" --prompt "Once upon a time" -n 8 >/dev/null 2>"$T/e" || fail "infer on sharded int8: $(cat "$T/e")"
+"$INFER" "$T/int8" --device cpu --prompt "Once upon a time" -n 8 >/dev/null 2>"$T/e" || fail "infer on sharded int8: $(cat "$T/e")"
 
 # --- corrupted quantized files: infer fails with one line naming the file ------
 corrupt() { # what perl-substitution expected-message
@@ -63,7 +64,7 @@ corrupt() { # what perl-substitution expected-message
   cp -r "$T/nf4" "$T/c"
   perl -0777 -pi -e "$2" "$T/c/model.safetensors"
   cmp -s "$T/nf4/model.safetensors" "$T/c/model.safetensors" && fail "corrupt $1: the edit did not apply"
-  "$INFER" "$T/c" --prompt-ids 1,2 -n 1 >/dev/null 2>"$T/e"
+  "$INFER" "$T/c" --device cpu --prompt-ids 1,2 -n 1 >/dev/null 2>"$T/e"
   local rc=$?
   [ "$rc" -eq 1 ] || fail "infer on a file with $1 exited $rc: $(cat "$T/e")"
   [ "$(wc -l <"$T/e")" -eq 1 ] || fail "corrupt $1: not one line: $(cat "$T/e")"
