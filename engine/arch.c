@@ -53,8 +53,10 @@ static engine_status bind(engine_model *m, k_weight *w, const char *name, int ro
         return err_set(e, ENGINE_ERR_FORMAT, "%s: tensor '%s' is missing", file, name);
     }
     file = st_file_path(m->weights, t->shard);
+    if (t->dtype == ST_I8 || t->dtype == ST_U8)
+        return bind_quantized(m, w, t, name, rows, cols, e);
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
-        return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; this build reads F32, F16 and BF16",
+        return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; this build reads F32, F16, BF16 and quantized I8/U8",
                        file, name, st_dtype_name(t->dtype));
     bool ok = cols == 0 ? (t->n_dims == 1 && t->shape[0] == rows)
                         : (t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols);
@@ -106,6 +108,11 @@ engine_status model_bind_weights(engine_model *m, err_buf *e)
     } while (0)
 
     BIND_NAMED(&m->tok_emb, "model.embed_tokens.weight", c->vocab_size, dim, false);
+    /* k_embed reads rows of a dense table; a quantized one would have to be
+     * decoded per token, which no writer here produces. */
+    if (k_dtype_is_quant(m->tok_emb.dtype))
+        return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: 'model.embed_tokens.weight' is quantized; embeddings must be "
+                       "F32, F16 or BF16", st_file_path(m->weights, st_find(m->weights, name)->shard));
     BIND_NAMED(&m->out_norm, "model.norm.weight", dim, 0, false);
     /* Tied checkpoints usually omit lm_head; some keep a copy, which is then used. */
     BIND_NAMED(&m->lm_head, "lm_head.weight", c->vocab_size, dim, c->tie_embeddings);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../quant/quant.h"
 #include "model.h"
 #ifdef ENGINE_HAVE_CUDA
 #include "cuda/backend.h"
@@ -51,8 +52,7 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* Split path into the checkpoint's folder and its weights file. */
-static engine_status resolve_paths(const char *path, char *dir, char *weights, err_buf *e)
+engine_status model_resolve_paths(const char *path, char *dir, char *weights, err_buf *e)
 {
     struct stat st;
     if (stat(path, &st) != 0)
@@ -91,23 +91,82 @@ static void add_eos(engine_model *m, int32_t id)
         m->eos[m->n_eos++] = id;
 }
 
-static const char *dominant_dtype(const engine_model *m)
+static const char *dtype_label(k_dtype t)
 {
-    switch (m->tok_emb.dtype) {
+    switch (t) {
     case K_F16: return "f16";
     case K_BF16: return "bf16";
-    default: break;
+    case K_I8: return "int8";
+    case K_NF4: return "nf4";
+    case K_FP4: return "fp4";
+    default: return "f32";
     }
-    /* Embeddings may be kept wider than the layers; the layers decide. */
-    if (m->cfg.n_layers > 0)
-        return m->layers[0].wq.dtype == K_F16 ? "f16" : m->layers[0].wq.dtype == K_BF16 ? "bf16" : "f32";
-    return "f32";
+}
+
+static const char *dominant_dtype(const engine_model *m)
+{
+    /* The layers decide: embeddings may be kept wider, and stay dense when
+     * the layers are quantized. */
+    if (m->cfg.n_layers > 0 && (m->layers[0].wq.dtype != K_F32 || m->tok_emb.dtype == K_F32))
+        return dtype_label(m->layers[0].wq.dtype);
+    return dtype_label(m->tok_emb.dtype);
+}
+
+static bool spec_for(engine_quant q, q_spec *spec)
+{
+    memset(spec, 0, sizeof *spec);
+    switch (q) {
+    case ENGINE_QUANT_INT8: spec->type = K_I8; return true;
+    case ENGINE_QUANT_INT8_G128: spec->type = K_I8, spec->group = Q_INT8_GROUP; return true;
+    case ENGINE_QUANT_NF4: spec->type = K_NF4; return true;
+    case ENGINE_QUANT_NF4_DQ: spec->type = K_NF4, spec->double_quant = true; return true;
+    case ENGINE_QUANT_FP4: spec->type = K_FP4; return true;
+    default: return false;
+    }
+}
+
+/*
+ * Quantize the decoder layers' dense linear weights into memory the model
+ * owns (embeddings, norms, biases and lm_head stay as stored, as
+ * tools/quantize leaves them by default). Already quantized tensors stay.
+ */
+static engine_status quantize_on_load(engine_model *m, engine_quant q, const char *path, err_buf *e)
+{
+    q_spec spec;
+    if (!spec_for(q, &spec))
+        return err_set(e, ENGINE_ERR_INVALID_ARG, "%s: unknown quantization %d", path, (int)q);
+    const int per_layer = 7;
+    m->owned = calloc((size_t)m->cfg.n_layers * per_layer, sizeof *m->owned);
+    if (!m->owned && m->cfg.n_layers > 0)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        k_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < per_layer; i++) {
+            if (k_dtype_is_quant(ws[i]->dtype))
+                continue;
+            char name[64];
+            snprintf(name, sizeof name, "%s: layer %d matrix %d", path, l, i);
+            q_weight *qw = &m->owned[m->n_owned];
+            engine_status st = q_quantize_weight(ws[i], &spec, m->n_threads, qw, name, e);
+            if (st)
+                return st;
+            m->n_owned++;
+            m->weight_bytes = m->weight_bytes - k_weight_bytes(ws[i]) + k_weight_bytes(&qw->w);
+            m->owned_bytes += qw->bytes;
+            m->n_quantized++;
+            *ws[i] = qw->w;
+        }
+    }
+    model_log(m, ENGINE_LOG_INFO, "%s: %d matrices quantized to %s while loading (%.1f MiB)", path, m->n_owned,
+              q_spec_name(&spec), m->owned_bytes / 1048576.0);
+    return ENGINE_OK;
 }
 
 static engine_status load(engine_model *m, const char *path, err_buf *e)
 {
     char dir[PATH_MAX], weights[PATH_MAX], file[PATH_MAX + 32];
-    engine_status st = resolve_paths(path, dir, weights, e);
+    engine_status st = model_resolve_paths(path, dir, weights, e);
     if (st)
         return st;
 
@@ -191,6 +250,15 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
     m->device = have_gpu ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
     engine_status st = load(m, path, &e);
+    if (!st && p.quant != ENGINE_QUANT_NONE) {
+        st = quantize_on_load(m, p.quant, path, &e);
+        m->weight_dtype = dominant_dtype(m);
+    }
+    /* The CUDA backend has no quantized kernels yet: refuse rather than
+     * upload weights it would misread. */
+    if (!st && m->device == ENGINE_DEVICE_CUDA && m->n_quantized > 0)
+        st = err_set(&e, ENGINE_ERR_UNSUPPORTED, "%s: quantized weights (%s) do not run on CUDA yet (use --device cpu)",
+                     path, m->weight_dtype);
 #ifdef ENGINE_HAVE_CUDA
     if (!st && m->device == ENGINE_DEVICE_CUDA) {
         st = cuda_model_create(m, p.vram_budget, &m->cuda, &e);
@@ -229,6 +297,9 @@ void engine_model_free(engine_model *m)
 #ifdef ENGINE_HAVE_CUDA
     cuda_model_free(m->cuda);
 #endif
+    for (int i = 0; i < m->n_owned; i++)
+        q_weight_free(&m->owned[i]);
+    free(m->owned);
     free(m->layers);
     st_close(m->weights);
     free(m);

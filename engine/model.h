@@ -77,7 +77,11 @@ struct engine_model {
     int n_eos;
     int n_threads;
     uint64_t n_params;
-    uint64_t weight_bytes;
+    uint64_t weight_bytes;     /* bytes of the weights as used (quantized size when quantized) */
+    uint64_t owned_bytes;      /* of which the model allocated (quantized while loading) */
+    int n_quantized;           /* matrices held in a quantized format     */
+    struct q_weight *owned;    /* [n_owned] quantized while loading; NULL if none */
+    int n_owned;
     const char *weight_dtype;
     engine_log_fn log;
     void *log_user;
@@ -123,12 +127,25 @@ static inline void *carve(char *base, uint64_t *off, uint64_t n, uint64_t align)
     return base ? base + at : NULL;
 }
 
+/*
+ * Split what the user named (a .safetensors file, a folder, an index .json)
+ * into the checkpoint's folder and its weights file; both PATH_MAX buffers.
+ */
+engine_status model_resolve_paths(const char *path, char *dir, char *weights, err_buf *e);
+
 /* Log through the model's callback, if any. */
 void model_log(const engine_model *m, engine_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/*
+ * Bind the quantized tensor t (I8 or U8 plus its companion tensors, as
+ * docs/FORMATS.md lays out) as the [rows, cols] matrix name.
+ */
+engine_status bind_quantized(engine_model *m, k_weight *w, const st_tensor *t, const char *name, int rows, int cols,
+                             err_buf *e);
 
 /* Bind every weight the architecture needs; errors name the file and tensor. */
 engine_status model_bind_weights(engine_model *m, err_buf *e);

@@ -213,10 +213,12 @@ engine_status engine_session_memory(const engine_session *s, engine_memory_repor
     if (!s || !r)
         return ENGINE_ERR_INVALID_ARG;
     memset(r, 0, sizeof *r);
-    r->weights_mapped = s->model->weight_bytes;
+    /* Weights quantized while loading live in model memory, not the mapping. */
+    r->weights_mapped = s->model->weight_bytes - s->model->owned_bytes;
+    r->weights_owned = s->model->owned_bytes;
     r->kv_cache = s->kv_bytes;
     r->activations = s->block_bytes - s->kv_bytes;
-    r->host_total = s->block_bytes;
+    r->host_total = s->block_bytes + s->model->owned_bytes;
 #ifdef ENGINE_HAVE_CUDA
     if (s->cuda)
         cuda_memory(s, r);

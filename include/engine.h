@@ -82,12 +82,27 @@ typedef struct engine_sampler engine_sampler;     /* sampling state and RNG     
 
 /* ------------------------------------------------------------------ model */
 
+/* Quantized weight formats (docs/FORMATS.md). Values are append-only. */
+typedef enum engine_quant {
+    ENGINE_QUANT_NONE = 0,
+    ENGINE_QUANT_INT8 = 1,      /* int8, one fp32 scale per output row          */
+    ENGINE_QUANT_NF4 = 2,       /* bitsandbytes NF4, blocks of 64               */
+    ENGINE_QUANT_INT8_G128 = 3, /* int8, one scale per 128 input columns        */
+    ENGINE_QUANT_NF4_DQ = 4,    /* NF4 with double-quantized (8-bit) absmax     */
+    ENGINE_QUANT_FP4 = 5        /* bitsandbytes FP4, blocks of 64               */
+} engine_quant;
+
 typedef struct engine_model_params {
     engine_device device;  /* default ENGINE_DEVICE_AUTO                   */
     int n_threads;         /* CPU threads; 0 = all cores (default)         */
     uint64_t vram_budget;  /* device bytes; 0 = free memory minus a margin */
     engine_log_fn log;     /* NULL: the library stays silent               */
     void *log_user;
+    /* Quantize the dense (F32/F16/BF16) linear weights of the decoder layers
+     * while loading, into host memory the model owns (embeddings, norms and
+     * lm_head stay as stored; already quantized tensors are kept). Default
+     * ENGINE_QUANT_NONE. Quantized models run on the CPU only for now. */
+    engine_quant quant;
 } engine_model_params;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
@@ -120,7 +135,7 @@ typedef struct engine_model_info {
     int eos_id;      /* first end-of-sequence id, -1 if none */
     uint64_t n_params;
     uint64_t weight_bytes; /* bytes of all weights as stored */
-    const char *weight_dtype; /* "f32", "f16", "bf16" (the dominant type) */
+    const char *weight_dtype; /* "f32", "f16", "bf16", "int8", "nf4", "fp4" (the layers' type) */
     engine_device device;     /* where the model runs: CPU or CUDA, never AUTO */
     int tied_embeddings;      /* 1 when the output matrix is the embedding table */
 } engine_model_info;
@@ -311,6 +326,54 @@ typedef struct engine_memory_report {
 } engine_memory_report;
 
 ENGINE_API engine_status engine_session_memory(const engine_session *s, engine_memory_report *r);
+
+/* ----------------------------------------------------------- quantization */
+
+/* What engine_quantize did with one source tensor; passed to the callback. */
+typedef struct engine_quantize_tensor {
+    const char *name;      /* valid during the callback                     */
+    size_t index, count;   /* position among the source tensors, and their number */
+    int quantized;         /* 0: copied as stored                           */
+    uint64_t bytes_in;     /* bytes in the source                           */
+    uint64_t bytes_out;    /* bytes written for it (all its parts)          */
+    double rms;            /* RMS of the source values (quantized only)     */
+    double rms_err;        /* RMS of dequantized - source                   */
+    double max_err;        /* largest |dequantized - source|                */
+} engine_quantize_tensor;
+
+typedef void (*engine_quantize_fn)(const engine_quantize_tensor *t, void *user);
+
+typedef struct engine_quantize_params {
+    engine_quant type;          /* default ENGINE_QUANT_NF4                          */
+    const char *const *skip;    /* glob patterns (fnmatch) of names to keep as stored */
+    size_t n_skip;
+    uint64_t max_shard_bytes;   /* start a new shard past this; 0 = 4 GiB            */
+    int n_threads;              /* 0 = all cores                                     */
+    engine_quantize_fn on_tensor; /* progress; may be NULL                          */
+    void *user;
+} engine_quantize_params;
+
+typedef struct engine_quantize_stats {
+    uint64_t bytes_in, bytes_out; /* tensor data before and after          */
+    size_t n_tensors, n_quantized;
+    int n_shards;
+} engine_quantize_stats;
+
+ENGINE_API engine_quantize_params engine_quantize_default_params(void);
+
+/*
+ * Write a quantized copy of the checkpoint at in (anything
+ * engine_model_load accepts) as the folder out, which must not exist: the
+ * decoder layers' linear weights (names ending in "_proj.weight", unless a
+ * skip pattern matches) in the format docs/FORMATS.md specifies, every other
+ * tensor as stored, sharded past max_shard_bytes, with config.json,
+ * generation_config.json and the tokenizer files copied. Everything is
+ * written under a temporary name beside out and renamed at the end, so an
+ * interrupted or failed run never leaves a folder named out; on failure the
+ * temporary folder is removed. stats (may be NULL) gets the totals.
+ */
+ENGINE_API engine_status engine_quantize(const char *in, const char *out, const engine_quantize_params *params,
+                                         engine_quantize_stats *stats, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -14,15 +14,76 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum k_dtype { K_F32 = 0, K_F16 = 1, K_BF16 = 2 } k_dtype;
+/*
+ * Weight types. K_F32/K_F16/K_BF16 are dense; the rest are quantized
+ * (docs/FORMATS.md is the full specification). Values are append-only.
+ */
+typedef enum k_dtype {
+    K_F32 = 0,
+    K_F16 = 1,
+    K_BF16 = 2,
+    K_I8 = 3,  /* int8 weight-only, symmetric, fp32 scale per group of columns */
+    K_NF4 = 4, /* bitsandbytes NF4: 4-bit codes, fp32 absmax per block        */
+    K_FP4 = 5  /* bitsandbytes FP4: same layout as NF4, another code table    */
+} k_dtype;
 
-/* A weight matrix or vector as stored. A vector is rows = 1. */
+#define K_QBLOCK_MAX 4096 /* largest NF4/FP4 block (bitsandbytes allows 64..4096) */
+
+/*
+ * A weight matrix or vector as stored. A vector is rows = 1. Every pointer
+ * is a view (into the file mapping or memory the model owns); none is freed
+ * through this struct. The first four fields are all a dense weight uses;
+ * the rest are zero/NULL for dense weights.
+ *
+ * K_I8 (n = rows * cols):
+ *   data    int8_t [rows, cols] row-major, value q in [-127, 127]
+ *   scales  float  [rows, n_groups], n_groups = ceil(cols / group)
+ *   group   columns per scale: cols (one scale per row) or 128
+ *   weight(r, c) = (float)q[r, c] * scales[r, c / group]
+ *
+ * K_NF4 / K_FP4 (bitsandbytes 4-bit; the matrix is flattened row-major,
+ * element i = r * cols + c, and cut into blocks of `block` consecutive
+ * elements regardless of row boundaries):
+ *   data    uint8_t [ceil(n / 2)]: element 2j in the HIGH nibble of byte j,
+ *           element 2j+1 in the LOW nibble
+ *   code    float [16]: the code table (bitsandbytes' quant_map); nibble v
+ *           means code[v]
+ *   block   elements per block (64 for NF4 as transformers saves it)
+ *   not nested (absmax_q == NULL):
+ *     absmax  float [n_blocks], n_blocks = ceil(n / block)
+ *     weight(i) = code[nibble(i)] * absmax[i / block]
+ *   nested (bitsandbytes compress_statistics / double quantization):
+ *     absmax_q      uint8_t [n_blocks]: 8-bit codes of the block absmax
+ *     absmax_code   float [256]: their code table (bitsandbytes' dynamic map)
+ *     absmax_scale  float [ceil(n_blocks / absmax_block)]
+ *     absmax_block  blocks per absmax_scale (256)
+ *     absmax_offset float added back after decoding
+ *     absmax(b) = absmax_code[absmax_q[b]] * absmax_scale[b / absmax_block] + absmax_offset
+ *     (two roundings: the product is rounded to fp32, then the sum)
+ *     weight(i) = code[nibble(i)] * absmax(i / block)
+ */
 typedef struct k_weight {
-    const void *data; /* [rows, cols] in dtype, row-major */
+    const void *data; /* see above; [rows, cols] in dtype for dense types */
     k_dtype dtype;
     int rows;
     int cols;
+    const float *scales;       /* K_I8: [rows, ceil(cols / group)]         */
+    int group;                 /* K_I8: columns per scale                  */
+    const float *code;         /* K_NF4/K_FP4: [16]                        */
+    int block;                 /* K_NF4/K_FP4: elements per absmax block   */
+    const float *absmax;       /* K_NF4/K_FP4, not nested: [n_blocks]      */
+    const uint8_t *absmax_q;   /* nested: [n_blocks]                       */
+    const float *absmax_code;  /* nested: [256]                            */
+    const float *absmax_scale; /* nested: [ceil(n_blocks / absmax_block)]  */
+    int absmax_block;          /* nested: 256                              */
+    float absmax_offset;       /* nested                                   */
 } k_weight;
+
+/* True for K_I8, K_NF4, K_FP4. */
+static inline int k_dtype_is_quant(k_dtype t)
+{
+    return t == K_I8 || t == K_NF4 || t == K_FP4;
+}
 
 /* Per-call execution settings, owned by the caller (no global state). */
 typedef struct k_ctx {
@@ -41,12 +102,27 @@ typedef struct k_ctx {
 /* Scratch floats per thread that k_matmul needs to convert weights once per batch. */
 size_t k_matmul_scratch_floats(int max_cols);
 
+/* Bytes per element: 4, 2, 2, 1 for F32, F16, BF16, I8; 0 for the packed 4-bit types. */
 size_t k_dtype_size(k_dtype t);
 
-/* Element i of a weight (any dtype) as fp32. */
+/* Element i (row-major) of a weight of any dtype as fp32. Slow for the
+ * quantized types (decodes one scale per call): for tests and small tensors. */
 float k_weight_get(const k_weight *w, size_t i);
 
-/* y[n, w.rows] = x[n, w.cols] . w^T (+ bias[w.rows] when bias->data != NULL). */
+/* Bytes of w's data, scales and absmax arrays together (what reading it costs). */
+size_t k_weight_bytes(const k_weight *w);
+
+/*
+ * Columns [c0, c0 + n) of row r of w, any dtype, decoded to fp32 into out[n].
+ * The CPU reference of every format's decoding.
+ */
+void k_dequant_row(const k_weight *w, int r, int c0, int n, float *out);
+
+/*
+ * y[n, w.rows] = x[n, w.cols] . w^T (+ bias[w.rows] when bias->data != NULL).
+ * Quantized weights are decoded in registers/stack chunks and reused for
+ * every token of the batch; accumulation is fp32.
+ */
 void k_matmul(const k_ctx *c, float *y, const float *x, int n, const k_weight *w, const k_weight *bias);
 
 /* y[n, dim] = x / rms(x) * weight; in place allowed (y == x). */
@@ -76,7 +152,8 @@ void k_swiglu(const k_ctx *c, float *gate, const float *up, size_t n);
 /* y[i] += x[i] for i < n. */
 void k_add(const k_ctx *c, float *y, const float *x, size_t n);
 
-/* y[t, :] = row ids[t] of emb (any dtype) as fp32, for t < n. */
+/* y[t, :] = row ids[t] of emb as fp32, for t < n. emb must be dense
+ * (F32/F16/BF16): embeddings are never quantized. */
 void k_embed(const k_ctx *c, float *y, const k_weight *emb, const int32_t *ids, int n);
 
 #endif

@@ -40,6 +40,8 @@ static const char USAGE[] =
     "  --ctx N               context length in tokens (default min(model maximum, 4096))\n"
     "  --threads N           CPU threads (default: all cores)\n"
     "  --device cpu|cuda|auto  where to run (default auto: the GPU when there is one)\n"
+    "  --quant TYPE          quantize the layers' weights while loading (host memory, CPU only for now):\n"
+    "                        int8, int8-g128, nf4, nf4-dq (double-quantized absmax), fp4\n"
     "  --vram SIZE           most device memory to use, e.g. 8G, 7.5G, 800M\n"
     "                        (default: the device's free memory less 512 MiB)\n"
     "output:\n"
@@ -226,6 +228,19 @@ int main(int argc, char **argv)
                 mp.device = ENGINE_DEVICE_AUTO;
             else
                 return bad_arg(a, v);
+        } else if (!strcmp(a, "--quant")) {
+            NEED_VALUE();
+            static const struct {
+                const char *name;
+                engine_quant q;
+            } QUANTS[] = {{"int8", ENGINE_QUANT_INT8}, {"int8-g128", ENGINE_QUANT_INT8_G128}, {"nf4", ENGINE_QUANT_NF4},
+                          {"nf4-dq", ENGINE_QUANT_NF4_DQ}, {"fp4", ENGINE_QUANT_FP4}, {"none", ENGINE_QUANT_NONE}};
+            size_t k = 0;
+            while (k < sizeof QUANTS / sizeof QUANTS[0] && strcmp(v, QUANTS[k].name))
+                k++;
+            if (k == sizeof QUANTS / sizeof QUANTS[0])
+                return bad_arg(a, v);
+            mp.quant = QUANTS[k].q;
         } else if (!strcmp(a, "--vram")) {
             NEED_VALUE();
             if (cli_parse_size(v, &mp.vram_budget))
@@ -410,9 +425,11 @@ int main(int argc, char **argv)
                     mem.activations / 1048576.0, mem.device_peak / 1048576.0, mem.device_budget / 1048576.0,
                     (unsigned long long)gp.sampling.seed);
         else
-            fprintf(stderr, "memory: weights %.1f MiB mapped, KV cache %.1f MiB, activations %.1f MiB | seed %llu\n",
-                    mem.weights_mapped / 1048576.0, mem.kv_cache / 1048576.0, mem.activations / 1048576.0,
-                    (unsigned long long)gp.sampling.seed);
+            fprintf(stderr,
+                    "memory: weights %.1f MiB mapped + %.1f MiB quantized on load (%s), KV cache %.1f MiB, "
+                    "activations %.1f MiB | seed %llu\n",
+                    mem.weights_mapped / 1048576.0, mem.weights_owned / 1048576.0, info.weight_dtype,
+                    mem.kv_cache / 1048576.0, mem.activations / 1048576.0, (unsigned long long)gp.sampling.seed);
     }
     rc = interrupted ? 130 : 0;
 

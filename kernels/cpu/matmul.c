@@ -13,6 +13,7 @@
 
 #include "../kernels.h"
 #include "dtype.h"
+#include "quant_cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -28,7 +29,15 @@ size_t k_matmul_scratch_floats(int max_cols)
 
 size_t k_dtype_size(k_dtype t)
 {
-    return t == K_F32 ? 4 : 2;
+    switch (t) {
+    case K_F32: return 4;
+    case K_F16:
+    case K_BF16: return 2;
+    case K_I8: return 1;
+    case K_NF4:
+    case K_FP4: return 0;
+    }
+    return 0;
 }
 
 float k_weight_get(const k_weight *w, size_t i)
@@ -37,6 +46,9 @@ float k_weight_get(const k_weight *w, size_t i)
     case K_F32: return ((const float *)w->data)[i];
     case K_F16: return f16_to_f32(((const uint16_t *)w->data)[i]);
     case K_BF16: return bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case K_I8:
+    case K_NF4:
+    case K_FP4: return k_quant_get(w, i);
     }
     return 0.0f;
 }
@@ -208,7 +220,9 @@ void k_matmul(const k_ctx *c, float *y, const float *x, int n, const k_weight *w
     const int use_bias = bias && bias->data;
     const int parallel = (double)n * rows * cols >= K_PARALLEL_MIN_WORK;
 
-    if (n == 1) {
+    if (k_dtype_is_quant(w->dtype)) {
+        k_matmul_quant(c, y, x, n, w);
+    } else if (n == 1) {
 #pragma omp parallel for num_threads(c->n_threads) schedule(static) if (parallel)
         for (int b = 0; b < n_blocks; b++) {
             int r0 = b * ROWS_PER_BLOCK;

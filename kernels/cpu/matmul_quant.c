@@ -1,0 +1,251 @@
+/*
+ * matmul_quant.c: the CPU reference for quantized weights (K_I8, K_NF4,
+ * K_FP4): decoding a run of a row to fp32, and y = x . W^T.
+ *
+ * The product decodes a block of 4 rows one chunk of columns at a time
+ * into a stack buffer and dots that chunk with every token of the batch
+ * before moving on, so each weight is decoded once per call however many
+ * tokens there are, and no scratch beyond 4 KiB of stack is needed.
+ * Accumulation is fp32. The layouts are those documented on k_weight.
+ * Decoding and the dot products have AVX2 versions chosen at run time
+ * (8 nibbles expanded by variable shifts, the 16-entry code table looked up
+ * with two permutes and a blend); the portable loops are the reference.
+ */
+#include <omp.h>
+#include <string.h>
+
+#include "../kernels.h"
+#include "dtype.h"
+#include "quant_cpu.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define K_HAVE_AVX2 1
+#endif
+
+#define QROWS 4     /* rows decoded together: one x load feeds 4 products */
+#define QCHUNK 256  /* columns decoded per step: 4 x 256 floats = 4 KiB   */
+
+/* absmax of 4-bit block b, decoded from its 8-bit code when nested. */
+static inline float block_absmax(const k_weight *w, size_t b)
+{
+    if (!w->absmax_q)
+        return w->absmax[b];
+    const float scaled = w->absmax_code[w->absmax_q[b]] * w->absmax_scale[b / (size_t)w->absmax_block];
+    return scaled + w->absmax_offset;
+}
+
+static inline int nibble(const uint8_t *p, size_t i)
+{
+    return (i & 1) ? p[i >> 1] & 0x0f : p[i >> 1] >> 4;
+}
+
+float k_quant_get(const k_weight *w, size_t i)
+{
+    if (w->dtype == K_I8) {
+        const size_t r = i / (size_t)w->cols, c = i % (size_t)w->cols;
+        const size_t ng = ((size_t)w->cols + w->group - 1) / w->group;
+        return (float)((const int8_t *)w->data)[i] * w->scales[r * ng + c / w->group];
+    }
+    return w->code[nibble(w->data, i)] * block_absmax(w, i / (size_t)w->block);
+}
+
+#ifdef K_HAVE_AVX2
+/* out[0..n) from the nibbles of elements i.. (i and n multiples of 8), one absmax. */
+__attribute__((target("avx2,fma"))) static void nibbles_avx2(const uint8_t *p, size_t i, size_t n, const float *code,
+                                                            float am, float *out)
+{
+    /* Element 2j is the high nibble of byte j: in a little-endian 32-bit
+     * load of 4 bytes, elements 0..7 sit at bits 4, 0, 12, 8, 20, 16, 28, 24. */
+    const __m256i shifts = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
+    const __m256i mask = _mm256_set1_epi32(0x0f);
+    const __m256 lo = _mm256_loadu_ps(code), hi = _mm256_loadu_ps(code + 8), scale = _mm256_set1_ps(am);
+    for (size_t k = 0; k < n; k += 8) {
+        uint32_t word;
+        memcpy(&word, p + (i + k) / 2, 4);
+        const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), mask);
+        const __m256 a = _mm256_permutevar8x32_ps(lo, idx), b = _mm256_permutevar8x32_ps(hi, idx);
+        /* bit 3 of the index, moved to the sign bit, picks the upper half. */
+        const __m256 v = _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+        _mm256_storeu_ps(out + k, _mm256_mul_ps(v, scale));
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void int8_avx2(const int8_t *q, int n, float sc, float *out)
+{
+    const __m256 scale = _mm256_set1_ps(sc);
+    for (int k = 0; k < n; k += 8) {
+        const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + k)));
+        _mm256_storeu_ps(out + k, _mm256_mul_ps(_mm256_cvtepi32_ps(v), scale));
+    }
+}
+#endif
+
+/* k_dequant_row, with the AVX2 decoders when avx2 is set. */
+static void dequant_run(const k_weight *w, int r, int c0, int n, float *out, int avx2)
+{
+    const size_t base = (size_t)r * w->cols + c0;
+    switch (w->dtype) {
+    case K_F32: memcpy(out, (const float *)w->data + base, (size_t)n * sizeof(float)); return;
+    case K_F16:
+        for (int i = 0; i < n; i++)
+            out[i] = f16_to_f32(((const uint16_t *)w->data)[base + i]);
+        return;
+    case K_BF16:
+        for (int i = 0; i < n; i++)
+            out[i] = bf16_to_f32(((const uint16_t *)w->data)[base + i]);
+        return;
+    case K_I8: {
+        const int8_t *q = (const int8_t *)w->data + base;
+        const float *s = w->scales + (size_t)r * (((size_t)w->cols + w->group - 1) / w->group);
+        int i = 0;
+        while (i < n) {
+            /* One run per scale group keeps the inner loop a plain multiply. */
+            const int g = (c0 + i) / w->group, end_c = (g + 1) * w->group;
+            const int stop = end_c - c0 < n ? end_c - c0 : n;
+            const float sc = s[g];
+#ifdef K_HAVE_AVX2
+            if (avx2 && stop - i >= 8) {
+                const int m = (stop - i) & ~7;
+                int8_avx2(q + i, m, sc, out + i);
+                i += m;
+            }
+#endif
+            for (; i < stop; i++)
+                out[i] = (float)q[i] * sc;
+        }
+        return;
+    }
+    case K_NF4:
+    case K_FP4: {
+        const uint8_t *p = w->data;
+        const float *code = w->code;
+        size_t i = base;
+        const size_t end = base + (size_t)n;
+        float *o = out;
+        while (i < end) {
+            /* One run per absmax block: the scale is decoded once per run. */
+            const size_t b = i / (size_t)w->block, bend = (b + 1) * (size_t)w->block;
+            const size_t stop = bend < end ? bend : end;
+            const float am = block_absmax(w, b);
+#ifdef K_HAVE_AVX2
+            if (avx2 && i % 8 == 0 && stop - i >= 8) {
+                const size_t m = (stop - i) & ~(size_t)7;
+                nibbles_avx2(p, i, m, code, am, o);
+                i += m;
+                o += m;
+            }
+#endif
+            for (; i < stop; i++)
+                *o++ = code[nibble(p, i)] * am;
+        }
+        return;
+    }
+    }
+}
+
+static int have_avx2(void)
+{
+#ifdef K_HAVE_AVX2
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+void k_dequant_row(const k_weight *w, int r, int c0, int n, float *out)
+{
+    dequant_run(w, r, c0, n, out, have_avx2());
+}
+
+size_t k_weight_bytes(const k_weight *w)
+{
+    const size_t n = (size_t)w->rows * w->cols;
+    switch (w->dtype) {
+    case K_F32: return n * 4;
+    case K_F16:
+    case K_BF16: return n * 2;
+    case K_I8: return n + (size_t)w->rows * (((size_t)w->cols + w->group - 1) / w->group) * sizeof(float);
+    case K_NF4:
+    case K_FP4: {
+        const size_t nb = (n + w->block - 1) / w->block;
+        size_t b = (n + 1) / 2 + 16 * sizeof(float);
+        if (w->absmax_q)
+            b += nb + 256 * sizeof(float) + (nb + w->absmax_block - 1) / w->absmax_block * sizeof(float);
+        else
+            b += nb * sizeof(float);
+        return b;
+    }
+    }
+    return 0;
+}
+
+static inline float dot(const float *a, const float *b, int n)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+#ifdef K_HAVE_AVX2
+/* acc[r] = dot(wf[r], x) for r < nr over len columns; one x load feeds 4 FMAs. */
+__attribute__((target("avx2,fma"))) static void dot4_avx2(float wf[][QCHUNK], int nr, const float *x, int len,
+                                                         float *acc)
+{
+    __m256 a[QROWS];
+    for (int r = 0; r < QROWS; r++)
+        a[r] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= len; i += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        for (int r = 0; r < nr; r++)
+            a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wf[r] + i), xv, a[r]);
+    }
+    for (int r = 0; r < nr; r++) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(a[r]), _mm256_extractf128_ps(a[r], 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        float v = _mm_cvtss_f32(s);
+        for (int j = i; j < len; j++)
+            v += wf[r][j] * x[j];
+        acc[r] = v;
+    }
+}
+#endif
+
+void k_matmul_quant(const k_ctx *c, float *y, const float *x, int n, const k_weight *w)
+{
+    const int avx2 = have_avx2();
+    const int rows = w->rows, cols = w->cols;
+    const int n_blocks = (rows + QROWS - 1) / QROWS;
+    const int parallel = (double)n * rows * cols >= K_PARALLEL_MIN_WORK;
+
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (parallel)
+    for (int b = 0; b < n_blocks; b++) {
+        const int r0 = b * QROWS, nr = rows - r0 < QROWS ? rows - r0 : QROWS;
+        float wf[QROWS][QCHUNK];
+        float acc[QROWS];
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < nr; r++)
+                y[(size_t)t * rows + r0 + r] = 0.0f;
+        for (int c0 = 0; c0 < cols; c0 += QCHUNK) {
+            const int len = cols - c0 < QCHUNK ? cols - c0 : QCHUNK;
+            for (int r = 0; r < nr; r++)
+                dequant_run(w, r0 + r, c0, len, wf[r], avx2);
+            for (int t = 0; t < n; t++) {
+                const float *xt = x + (size_t)t * cols + c0;
+#ifdef K_HAVE_AVX2
+                if (avx2) {
+                    dot4_avx2(wf, nr, xt, len, acc);
+                } else
+#endif
+                    for (int r = 0; r < nr; r++)
+                        acc[r] = dot(wf[r], xt, len);
+                for (int r = 0; r < nr; r++)
+                    y[(size_t)t * rows + r0 + r] += acc[r];
+            }
+        }
+    }
+}
