@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode); the
@@ -65,15 +65,17 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--vram") && v && !cli_parse_size(v, &mp.vram_budget)) {
             i++;
+        } else if (!strcmp(a, "--quant") && v && !cli_parse_quant(v, &mp.quant)) {
+            i++;
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE]\n");
         return 2;
     }
     char err[512] = "";

@@ -254,11 +254,6 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
         st = quantize_on_load(m, p.quant, path, &e);
         m->weight_dtype = dominant_dtype(m);
     }
-    /* The CUDA backend has no quantized kernels yet: refuse rather than
-     * upload weights it would misread. */
-    if (!st && m->device == ENGINE_DEVICE_CUDA && m->n_quantized > 0)
-        st = err_set(&e, ENGINE_ERR_UNSUPPORTED, "%s: quantized weights (%s) do not run on CUDA yet (use --device cpu)",
-                     path, m->weight_dtype);
 #ifdef ENGINE_HAVE_CUDA
     if (!st && m->device == ENGINE_DEVICE_CUDA) {
         st = cuda_model_create(m, p.vram_budget, &m->cuda, &e);

@@ -101,7 +101,7 @@ typedef struct engine_model_params {
     /* Quantize the dense (F32/F16/BF16) linear weights of the decoder layers
      * while loading, into host memory the model owns (embeddings, norms and
      * lm_head stay as stored; already quantized tensors are kept). Default
-     * ENGINE_QUANT_NONE. Quantized models run on the CPU only for now. */
+     * ENGINE_QUANT_NONE. Quantized models run on the CPU and on CUDA. */
     engine_quant quant;
 } engine_model_params;
 

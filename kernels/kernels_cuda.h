@@ -136,8 +136,14 @@ typedef enum gemv_input { GEMV_IN_F32 = 0, GEMV_IN_RMSNORM = 1 } gemv_input;
 typedef struct gemv_args {
     float *y;
     bool accumulate;     /* y += ... (residual) instead of y = ...  */
-    const void *w;       /* [rows, cols] in wt                      */
-    k_dtype wt;
+    const void *w;       /* [rows, cols] in wt (layouts of the quantized types: kernels.h) */
+    k_dtype wt;          /* any type, the quantized ones included   */
+    /* Quantized wt only: K_I8 scales [rows, ceil(cols / group)] with
+     * group columns a scale; K_NF4/K_FP4 absmax [rows * cols / group]
+     * (decoded fp32, group = the block size) and code [16]. */
+    const float *scales;
+    const float *code;
+    int group;
     int rows, cols;
     const float *bias;   /* [rows] or NULL                          */
     gemv_input in;
@@ -147,6 +153,13 @@ typedef struct gemv_args {
     bool glu_out;        /* rows = 2*h (gate rows, then up rows): y[h] = silu(gate + b) * (up + b) */
 } gemv_args;
 int launch_gemv(launch_ctx *c, const gemv_args *a);
+
+/*
+ * out[rows, cols] (ot: f16, bf16 or f32) = the quantized matrix of `a`
+ * (w, wt, rows, cols, scales, code, group; the rest unused) decoded, for
+ * the prefill products, which then run through cuBLASLt.
+ */
+int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a);
 
 /*
  * Matrix product through cuBLASLt (prefill): y[n, rows] (= or +=) x[n, cols] . W[rows, cols]^T,

@@ -16,6 +16,7 @@
 #include "kernels/cpu/dtype.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
+#include "quant/quant.h"
 #include "test_random.h"
 #include "test_util.h"
 
@@ -500,6 +501,98 @@ static void check_gemv_glu(launch_ctx *lc, k_dtype t, int half, int cols, bool w
     cudaFree(dw), cudaFree(dx), cudaFree(dn), cudaFree(db), cudaFree(dy);
 }
 
+/*
+ * Quantized weights: a dense random matrix quantized by the CPU reference
+ * (quant/), its arrays uploaded as the engine does (a nested absmax decoded
+ * to fp32), then the decode product (plain, RMS-normalised, accumulating,
+ * gated) and the prefill decoding against the CPU's k_matmul and
+ * k_dequant_row on the same quantized weight. Shapes whose rows are not
+ * whole 16-byte chunks take the element-at-a-time path.
+ */
+static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, int rows, int cols, int mode)
+{
+    const size_t nw = (size_t)rows * cols;
+    float *wv = malloc(nw * sizeof *wv), *x = malloc((size_t)cols * sizeof *x), *norm = malloc((size_t)cols * sizeof *norm);
+    float *xin = malloc((size_t)cols * sizeof *xin), *y0 = malloc((size_t)rows * sizeof *y0);
+    fill(wv, nw, 1.0);
+    fill(x, (size_t)cols, 2.0);
+    fill(norm, (size_t)cols, 1.0);
+    fill(y0, (size_t)rows, 1.0);
+    k_weight src = {wv, K_F32, rows, cols};
+    q_spec spec = {.type = type, .group = group, .double_quant = dq};
+    q_weight qw;
+    err_buf e = {0};
+    CHECK_MSG(q_quantize_weight(&src, &spec, 2, &qw, "test", &e) == ENGINE_OK, "%s", e.msg);
+    const k_weight *w = &qw.w;
+    /* Device copies. */
+    const size_t data = type == K_I8 ? nw : (nw + 1) / 2;
+    const size_t ns = type == K_I8 ? (size_t)rows * q_int8_n_groups(cols, w->group) : (nw + w->block - 1) / w->block;
+    float *scales = malloc(ns * sizeof *scales);
+    if (type == K_I8)
+        memcpy(scales, w->scales, ns * sizeof *scales);
+    else if (w->absmax_q)
+        q_8bit_dequantize(w->absmax_code, w->absmax_q, w->absmax_scale, ns, w->absmax_block, w->absmax_offset, scales);
+    else
+        memcpy(scales, w->absmax, ns * sizeof *scales);
+    void *dw = dev_alloc(data);
+    cudaMemcpy(dw, w->data, data, cudaMemcpyHostToDevice);
+    float *dsc = dev_copy(scales, ns), *dcode = type == K_I8 ? NULL : dev_copy(w->code, 16);
+    float *dx = dev_copy(x, (size_t)cols), *dn = dev_copy(norm, (size_t)cols);
+    const bool glu = mode == 3, acc = mode == 2, rms = mode >= 1;
+    const int outs = glu ? rows / 2 : rows;
+    float *dy = dev_copy(y0, (size_t)rows);
+    if (!acc)
+        cudaMemset(dy, 0xff, (size_t)rows * sizeof(float));
+    gemv_args a = {.y = dy, .accumulate = acc, .w = dw, .wt = type, .rows = rows, .cols = cols,
+                   .scales = dsc, .code = dcode, .group = type == K_I8 ? w->group : w->block,
+                   .in = rms ? GEMV_IN_RMSNORM : GEMV_IN_F32, .x = dx, .norm = dn, .eps = 1e-5f, .glu_out = glu};
+    CHECK_MSG(launch_gemv(lc, &a) == 0, "gemv: %s", lc->err);
+    float *got = host_f32(dy, K_F32, (size_t)outs);
+    /* CPU */
+    k_ctx kc = cpu_ctx(cols);
+    memcpy(xin, x, (size_t)cols * sizeof *x);
+    k_weight nwt = {norm, K_F32, 1, cols}, none = {NULL, K_F32, 0, 0};
+    if (rms)
+        k_rmsnorm(&kc, xin, x, 1, cols, &nwt, 1e-5f);
+    float *ref = malloc((size_t)rows * sizeof *ref);
+    k_matmul(&kc, ref, xin, 1, w, &none);
+    if (glu)
+        k_swiglu(&kc, ref, ref + outs, (size_t)outs);
+    for (int i = 0; i < outs && acc; i++)
+        ref[i] += y0[i];
+    double err = rel_err_f(got, ref, (size_t)outs);
+    CHECK_MSG(err < 2e-5, "gemv %s group %d dq %d %dx%d mode %d: error %.2e", q_spec_name(&spec), group, dq, rows, cols,
+              mode, err);
+    /* Prefill decoding: exactly the CPU's weights (rounded to bf16 here). */
+    void *dd = dev_alloc(nw * sizeof(uint16_t));
+    CHECK_MSG(launch_dequant(lc, dd, K_BF16, &a) == 0, "dequant: %s", lc->err);
+    float *gd = host_f32(dd, K_BF16, nw), *row = malloc((size_t)cols * sizeof *row);
+    size_t bad = 0;
+    for (int r = 0; r < rows; r++) {
+        k_dequant_row(w, r, 0, cols, row);
+        for (int c = 0; c < cols; c++)
+            bad += gd[(size_t)r * cols + c] != bf16_to_f32(f32_to_bf16(row[c]));
+    }
+    CHECK_MSG(bad == 0, "dequant %s %dx%d: %zu elements differ", q_spec_name(&spec), rows, cols, bad);
+    free(gd), free(row), free(got), free(ref), free(kc.scratch), free(scales);
+    free(wv), free(x), free(norm), free(xin), free(y0);
+    q_weight_free(&qw);
+    cudaFree(dw), cudaFree(dsc), cudaFree(dcode), cudaFree(dx), cudaFree(dn), cudaFree(dy), cudaFree(dd);
+}
+
+static void test_quant_products(launch_ctx *lc)
+{
+    static const int shapes[][2] = {{64, 64}, {3072, 2048}, {256, 172}, {130, 96}, {2048, 8192}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int mode = 0; mode < 4; mode++) {
+            const int rows = shapes[si][0], cols = shapes[si][1];
+            check_gemv_quant(lc, K_I8, 0, false, rows, cols, mode);
+            check_gemv_quant(lc, K_I8, Q_INT8_GROUP, false, rows, cols, mode);
+            check_gemv_quant(lc, K_NF4, 0, mode & 1, rows, cols, mode);
+            check_gemv_quant(lc, K_FP4, 0, false, rows, cols, mode);
+        }
+}
+
 static void check_gemm(launch_ctx *lc, k_dtype t, int n, int rows, int cols, bool acc)
 {
     const size_t nw = (size_t)rows * cols, nx = (size_t)n * cols, ny = (size_t)n * rows;
@@ -584,6 +677,7 @@ int main(void)
     test_rope_qkv(&lc);
     test_attention(&lc);
     test_matrix_products(&lc);
+    test_quant_products(&lc);
     /* Bad arguments fail with a message and launch nothing. */
     CHECK(launch_rmsnorm(&lc, NULL, K_F32, NULL, NULL, 1, 8, 1e-5f) == -1 && strstr(lc.err, "rmsnorm"));
     CHECK(launch_attention_prefill(&lc, lc.err, K_F32, (float *)lc.err, lc.err, lc.err, K_F32, 4, 0, 6, 4, 16, 0) == -1);

@@ -6,8 +6,8 @@
  * prefill path: cuBLASLt, tiled attention). At each position the two
  * backends' top-1 tokens are compared: identical everywhere for fp32
  * checkpoints; for bf16/f16, at least 99% on the decode path and 98% on
- * the prefill path, whose tensor-core products round their inputs to the
- * weight type. A whole 256-token batch must also end on the same logits.
+ * the prefill path (97% with quantized weights), whose tensor-core
+ * products round their inputs to the weight type. A whole 256-token batch must also end on the same logits.
  * Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -24,11 +24,12 @@
 #define SEQ 256
 #define BATCH 64
 
-static engine_model *load(const char *path, engine_device dev)
+static engine_model *load(const char *path, engine_device dev, engine_quant quant)
 {
     char err[512] = "";
     engine_model_params mp = engine_model_default_params();
     mp.device = dev;
+    mp.quant = quant;
     mp.n_threads = 2;
     engine_model *m = NULL;
     engine_status st = engine_model_load(path, &mp, &m, err, sizeof err);
@@ -90,9 +91,9 @@ static void agreement(engine_session *sc, engine_session *sg, const int32_t *seq
     memcpy(last_gpu, lg, (size_t)vocab * sizeof *last_gpu);
 }
 
-static void parity(const char *name, const char *path, bool fp32)
+static void parity(const char *name, const char *path, bool fp32, engine_quant quant)
 {
-    engine_model *mc = load(path, ENGINE_DEVICE_CPU), *mg = load(path, ENGINE_DEVICE_CUDA);
+    engine_model *mc = load(path, ENGINE_DEVICE_CPU, quant), *mg = load(path, ENGINE_DEVICE_CUDA, quant);
     engine_session *sc = mc ? session(mc) : NULL, *sg = mg ? session(mg) : NULL;
     if (!sc || !sg) {
         engine_session_free(sc);
@@ -136,8 +137,9 @@ static void parity(const char *name, const char *path, bool fp32)
     if (fp32)
         CHECK_MSG(agree == total && worst < 1e-4, "%s: fp32 prefill path: %d of %d differ, logits %.2e", name,
                   total - agree, total, worst);
-    else
-        CHECK_MSG(rate_b >= 0.98, "%s: prefill-path top-1 agreement %.2f%% < 98%%", name, 100.0 * rate_b);
+    else /* quantized: the same rounding of the activations, on weights further from the dense ones */
+        CHECK_MSG(rate_b >= (quant ? 0.97 : 0.98), "%s: prefill-path top-1 agreement %.2f%% < %d%%", name,
+                  100.0 * rate_b, quant ? 97 : 98);
 
     /* The whole sequence as one batch ends where the token-by-token run did. */
     engine_session_reset(sg);
@@ -155,7 +157,8 @@ static void parity(const char *name, const char *path, bool fp32)
 /* Sampling with the candidates picked on the GPU draws what the CPU sampler draws from full logits. */
 static void sampled_generation(const char *path)
 {
-    engine_model *mc = load(path, ENGINE_DEVICE_CPU), *mg = load(path, ENGINE_DEVICE_CUDA);
+    engine_model *mc = load(path, ENGINE_DEVICE_CPU, ENGINE_QUANT_NONE);
+    engine_model *mg = load(path, ENGINE_DEVICE_CUDA, ENGINE_QUANT_NONE);
     engine_session *sc = mc ? session(mc) : NULL, *sg = mg ? session(mg) : NULL;
     if (sc && sg) {
         engine_generate_params gp = engine_generate_default_params();
@@ -184,7 +187,23 @@ static void sampled_generation(const char *path)
 int main(void)
 {
     char path[1024];
-    parity("stories260K", test_src_path(path, sizeof path, "models/stories260K"), true);
+    parity("stories260K", test_src_path(path, sizeof path, "models/stories260K"), true, ENGINE_QUANT_NONE);
+    /* Quantized weights (quantized while loading, the same on both
+     * backends): the GPU decodes exactly the CPU's weights, so fp32 models
+     * keep the fp32 criteria. stories260K's 172-column down projection
+     * takes the element-at-a-time path, the rest the 16-byte one. */
+    static const struct {
+        const char *name;
+        engine_quant q;
+    } quants[] = {{"int8", ENGINE_QUANT_INT8}, {"int8-g128", ENGINE_QUANT_INT8_G128},
+                  {"nf4", ENGINE_QUANT_NF4},   {"nf4-dq", ENGINE_QUANT_NF4_DQ}, {"fp4", ENGINE_QUANT_FP4}};
+    for (size_t i = 0; i < sizeof quants / sizeof quants[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "stories260K %s", quants[i].name);
+        parity(name, test_src_path(path, sizeof path, "models/stories260K"), true, quants[i].q);
+        snprintf(name, sizeof name, "qwen2_bf16 %s", quants[i].name);
+        parity(name, test_data_path(path, sizeof path, "models/qwen2_bf16"), false, quants[i].q);
+    }
     sampled_generation(test_src_path(path, sizeof path, "models/stories260K"));
     static const struct {
         const char *name;
@@ -194,7 +213,7 @@ int main(void)
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
         char rel[256];
         snprintf(rel, sizeof rel, "models/%s", fixtures[i].name);
-        parity(fixtures[i].name, test_data_path(path, sizeof path, rel), fixtures[i].fp32);
+        parity(fixtures[i].name, test_data_path(path, sizeof path, rel), fixtures[i].fp32, ENGINE_QUANT_NONE);
     }
     return test_finish("test_parity_cuda");
 }

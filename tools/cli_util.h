@@ -196,4 +196,20 @@ static inline engine_status cli_tokenize(const engine_tokenizer *tok, const char
     return ENGINE_ERR_BUFFER_TOO_SMALL;
 }
 
+/* "int8", "int8-g128", "nf4", "nf4-dq", "fp4" or "none" -> the quantization; 0, or -1 for junk. */
+static inline int cli_parse_quant(const char *s, engine_quant *out)
+{
+    static const struct {
+        const char *name;
+        engine_quant q;
+    } QUANTS[] = {{"int8", ENGINE_QUANT_INT8}, {"int8-g128", ENGINE_QUANT_INT8_G128}, {"nf4", ENGINE_QUANT_NF4},
+                  {"nf4-dq", ENGINE_QUANT_NF4_DQ}, {"fp4", ENGINE_QUANT_FP4}, {"none", ENGINE_QUANT_NONE}};
+    for (size_t k = 0; k < sizeof QUANTS / sizeof QUANTS[0]; k++)
+        if (!strcmp(s, QUANTS[k].name)) {
+            *out = QUANTS[k].q;
+            return 0;
+        }
+    return -1;
+}
+
 #endif

@@ -40,7 +40,7 @@ static const char USAGE[] =
     "  --ctx N               context length in tokens (default min(model maximum, 4096))\n"
     "  --threads N           CPU threads (default: all cores)\n"
     "  --device cpu|cuda|auto  where to run (default auto: the GPU when there is one)\n"
-    "  --quant TYPE          quantize the layers' weights while loading (host memory, CPU only for now):\n"
+    "  --quant TYPE          quantize the layers' weights while loading (no file written):\n"
     "                        int8, int8-g128, nf4, nf4-dq (double-quantized absmax), fp4\n"
     "  --vram SIZE           most device memory to use, e.g. 8G, 7.5G, 800M\n"
     "                        (default: the device's free memory less 512 MiB)\n"
@@ -230,17 +230,8 @@ int main(int argc, char **argv)
                 return bad_arg(a, v);
         } else if (!strcmp(a, "--quant")) {
             NEED_VALUE();
-            static const struct {
-                const char *name;
-                engine_quant q;
-            } QUANTS[] = {{"int8", ENGINE_QUANT_INT8}, {"int8-g128", ENGINE_QUANT_INT8_G128}, {"nf4", ENGINE_QUANT_NF4},
-                          {"nf4-dq", ENGINE_QUANT_NF4_DQ}, {"fp4", ENGINE_QUANT_FP4}, {"none", ENGINE_QUANT_NONE}};
-            size_t k = 0;
-            while (k < sizeof QUANTS / sizeof QUANTS[0] && strcmp(v, QUANTS[k].name))
-                k++;
-            if (k == sizeof QUANTS / sizeof QUANTS[0])
+            if (cli_parse_quant(v, &mp.quant))
                 return bad_arg(a, v);
-            mp.quant = QUANTS[k].q;
         } else if (!strcmp(a, "--vram")) {
             NEED_VALUE();
             if (cli_parse_size(v, &mp.vram_budget))

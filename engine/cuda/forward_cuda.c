@@ -50,14 +50,40 @@ static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int la
     return a;
 }
 
+/* The matrix fields of a product's arguments. */
+static void set_mat(gemv_args *g, const cuda_mat *w)
+{
+    g->w = w->w;
+    g->wt = w->t;
+    g->scales = w->scales;
+    g->code = w->code;
+    g->group = w->group;
+}
+
+/*
+ * y[n, rows] (+)= act[n, cols] . W^T through cuBLASLt; a quantized W is
+ * decoded into the session's scratch (in the dense type) first.
+ */
+static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *w, int n, int rows, int cols)
+{
+    const void *dense = w->w;
+    if (k_dtype_is_quant(w->t)) {
+        gemv_args g = {.rows = rows, .cols = cols};
+        set_mat(&g, w);
+        TRY(launch_dequant(&cs->lc, cs->deq, cs->cm->wt, &g));
+        dense = cs->deq;
+    }
+    return launch_gemm(&cs->lc, y, accumulate, cs->act, dense, cs->cm->wt, n, rows, cols);
+}
+
 /* Logits of the last row of x, and their argmax into step[STEP_ARGMAX]. */
 static int head(cuda_session *cs, const engine_session *s, int n)
 {
     const cfg_model *c = &s->model->cfg;
     launch_ctx *lc = &cs->lc;
-    gemv_args g = {.y = cs->logits, .w = cs->cm->lm_head, .wt = cs->cm->wt, .rows = c->vocab_size, .cols = c->dim,
-                   .in = GEMV_IN_RMSNORM, .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm,
-                   .eps = (float)c->rms_eps};
+    gemv_args g = {.y = cs->logits, .rows = c->vocab_size, .cols = c->dim, .in = GEMV_IN_RMSNORM,
+                   .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm, .eps = (float)c->rms_eps};
+    set_mat(&g, &cs->cm->lm_head);
     TRY(launch_gemv(lc, &g));
     return launch_argmax(lc, cs->step + STEP_ARGMAX, cs->logits, c->vocab_size, cs->argmax_scratch);
 }
@@ -75,20 +101,23 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
     TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->cm->layers[l];
-        gemv_args qkv = {.y = cs->qkv, .w = D->wqkv, .wt = wt, .rows = qkvd, .cols = dim,
-                         .in = GEMV_IN_RMSNORM, .x = cs->x, .norm = D->attn_norm, .eps = eps};
+        gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = GEMV_IN_RMSNORM, .x = cs->x,
+                         .norm = D->attn_norm, .eps = eps};
+        set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
         rope_qkv_args ra = rope_args(cs, s, l, 1);
         TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
-        gemv_args o = {.y = cs->x, .accumulate = true, .w = D->wo, .wt = wt, .rows = dim, .cols = qd,
-                       .bias = D->b_o, .in = GEMV_IN_F32, .x = cs->att};
+        gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
+                       .x = cs->att};
+        set_mat(&o, &D->wo);
         TRY(launch_gemv(lc, &o));
-        gemv_args gu = {.y = cs->gu, .w = D->w_gu, .wt = wt, .rows = 2 * c->ffn_dim, .cols = dim,
-                        .bias = D->b_gu, .in = GEMV_IN_RMSNORM, .x = cs->x, .norm = D->ffn_norm, .eps = eps,
-                        .glu_out = true};
+        gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
+                        .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true};
+        set_mat(&gu, &D->w_gu);
         TRY(launch_gemv(lc, &gu));
-        gemv_args down = {.y = cs->x, .accumulate = true, .w = D->w_down, .wt = wt, .rows = dim,
-                          .cols = c->ffn_dim, .bias = D->b_down, .in = GEMV_IN_F32, .x = cs->gu};
+        gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
+                          .in = GEMV_IN_F32, .x = cs->gu};
+        set_mat(&down, &D->w_down);
         TRY(launch_gemv(lc, &down));
     }
     return head(cs, s, 1);
@@ -109,20 +138,20 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->cm->layers[l];
         TRY(launch_rmsnorm(lc, cs->act, wt, cs->x, D->attn_norm, n, dim, eps));
-        TRY(launch_gemm(lc, cs->qkv, false, cs->act, D->wqkv, wt, n, qkvd, dim));
+        TRY(product(cs, cs->qkv, false, &D->wqkv, n, qkvd, dim));
         rope_qkv_args ra = rope_args(cs, s, l, n);
         TRY(launch_rope_qkv(lc, &ra));
         TRY(launch_attention_prefill(lc, cs->act, wt, cs->q, ra.k_cache, ra.v_cache, cs->kvt, n, pos0, c->n_heads,
                                      c->n_kv_heads, c->head_dim, window_of(m, l)));
-        TRY(launch_gemm(lc, cs->x, true, cs->act, D->wo, wt, n, dim, qd));
+        TRY(product(cs, cs->x, true, &D->wo, n, dim, qd));
         if (D->b_o)
             TRY(launch_bias_add(lc, cs->x, D->b_o, n, dim));
         TRY(launch_rmsnorm(lc, cs->act, wt, cs->x, D->ffn_norm, n, dim, eps));
-        TRY(launch_gemm(lc, cs->gu, false, cs->act, D->w_gu, wt, n, 2 * ffn, dim));
+        TRY(product(cs, cs->gu, false, &D->w_gu, n, 2 * ffn, dim));
         if (D->b_gu)
             TRY(launch_bias_add(lc, cs->gu, D->b_gu, n, 2 * ffn));
         TRY(launch_swiglu(lc, cs->act, wt, cs->gu, n, ffn));
-        TRY(launch_gemm(lc, cs->x, true, cs->act, D->w_down, wt, n, dim, ffn));
+        TRY(product(cs, cs->x, true, &D->w_down, n, dim, ffn));
         if (D->b_down)
             TRY(launch_bias_add(lc, cs->x, D->b_down, n, dim));
     }

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "../../kernels/cpu/dtype.h"
+#include "../../quant/quant.h"
 #include "state.h"
 
 #define ALIGN 256
@@ -119,6 +120,114 @@ static engine_status up_tensor(uploader *u, void *dst, k_dtype to, const k_weigh
     return ENGINE_OK;
 }
 
+/* Copy `bytes` of host memory to dst through the staging buffers. */
+static engine_status up_bytes(uploader *u, void *dst, const void *src, size_t bytes, err_buf *e)
+{
+    k_weight raw = {src, K_I8, 1, 0};
+    for (size_t done = 0; done < bytes; done += STAGE_BYTES) {
+        const size_t n = bytes - done < STAGE_BYTES ? bytes - done : STAGE_BYTES;
+        raw.data = (const char *)src + done;
+        raw.cols = (int)n;
+        engine_status st = up_tensor(u, (char *)dst + done, K_I8, &raw, e);
+        if (st)
+            return st;
+    }
+    return ENGINE_OK;
+}
+
+/* Elements, and bytes of the data, scale and absmax arrays, of a quantized weight. */
+static uint64_t q_elems(const k_weight *w) { return (uint64_t)w->rows * w->cols; }
+static uint64_t q_data_bytes(const k_weight *w)
+{
+    return w->dtype == K_I8 ? q_elems(w) : (q_elems(w) + 1) / 2;
+}
+static uint64_t q_scale_count(const k_weight *w)
+{
+    return w->dtype == K_I8 ? (uint64_t)w->rows * q_int8_n_groups(w->cols, w->group)
+                            : (q_elems(w) + w->block - 1) / w->block;
+}
+
+/* A 4-bit weight's absmax as fp32 (decoded when nested): malloc'd, or NULL. */
+static float *q_absmax_f32(const k_weight *w)
+{
+    const size_t nb = q_scale_count(w);
+    float *out = malloc(nb * sizeof *out);
+    if (!out)
+        return NULL;
+    if (w->absmax_q)
+        q_8bit_dequantize(w->absmax_code, w->absmax_q, w->absmax_scale, nb, w->absmax_block, w->absmax_offset, out);
+    else
+        memcpy(out, w->absmax, nb * sizeof *out);
+    return out;
+}
+
+/*
+ * Place (and with up, upload) the parts stacked by rows into one matrix:
+ * dense in wt, or quantized as they are. Quantized parts must share a type,
+ * a group and a code table, and 4-bit parts must each hold whole blocks.
+ */
+static engine_status put_mat(cuda_mat *dst, const k_weight *const *parts, int np, k_dtype wt, char *base,
+                             uint64_t *off, uploader *up, uint64_t *deq_elems, const char *what, err_buf *e)
+{
+    const k_weight *p0 = parts[0];
+    memset(dst, 0, sizeof *dst);
+    uint64_t elems = 0, data = 0, scales = 0;
+    for (int i = 0; i < np; i++) {
+        const k_weight *p = parts[i];
+        const bool same = p->dtype == p0->dtype && (!k_dtype_is_quant(p->dtype) ||
+                                                    (p->dtype == K_I8 ? p->group == p0->group && p->cols == p0->cols
+                                                                      : p->block == p0->block &&
+                                                                            !memcmp(p->code, p0->code, 16 * sizeof(float))));
+        if (!same)
+            return err_set(e, ENGINE_ERR_UNSUPPORTED,
+                           "CUDA: the stacked parts of %s differ in type or quantization (quantize them alike)", what);
+        if (k_dtype_is_quant(p->dtype) && p->dtype != K_I8 && np > 1 && q_elems(p) % (uint64_t)p->block != 0)
+            return err_set(e, ENGINE_ERR_UNSUPPORTED, "CUDA: %s: a 4-bit block spans two stacked matrices", what);
+        elems += q_elems(p);
+        if (k_dtype_is_quant(p->dtype)) {
+            data += q_data_bytes(p);
+            scales += q_scale_count(p);
+        }
+    }
+    engine_status st = ENGINE_OK;
+    if (!k_dtype_is_quant(p0->dtype)) {
+        dst->t = wt;
+        char *at = carve(base, off, elems * k_dtype_size(wt), ALIGN);
+        dst->w = at;
+        for (int i = 0; up && !st && i < np; i++) {
+            st = up_tensor(up, at, wt, parts[i], e);
+            at += q_elems(parts[i]) * k_dtype_size(wt);
+        }
+        return st;
+    }
+    dst->t = p0->dtype;
+    dst->group = p0->dtype == K_I8 ? p0->group : p0->block;
+    char *w = carve(base, off, data, ALIGN), *sc = carve(base, off, scales * sizeof(float), ALIGN);
+    dst->w = w;
+    dst->scales = (float *)sc;
+    if (p0->dtype != K_I8)
+        dst->code = carve(base, off, 16 * sizeof(float), ALIGN);
+    if (elems > *deq_elems)
+        *deq_elems = elems;
+    for (int i = 0; up && !st && i < np; i++) {
+        const k_weight *p = parts[i];
+        st = up_bytes(up, w, p->data, q_data_bytes(p), e);
+        if (!st && p->dtype == K_I8) {
+            st = up_bytes(up, sc, p->scales, q_scale_count(p) * sizeof(float), e);
+        } else if (!st) {
+            float *am = q_absmax_f32(p); /* copied into the staging buffers before up_bytes returns */
+            st = am ? up_bytes(up, sc, am, q_scale_count(p) * sizeof(float), e)
+                    : err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+            free(am);
+            if (!st && i == 0)
+                st = up_bytes(up, dst->code, p->code, 16 * sizeof(float), e);
+        }
+        w += q_data_bytes(p);
+        sc += q_scale_count(p) * sizeof(float);
+    }
+    return st;
+}
+
 /* ---- layout ---- */
 
 /* Lay out (and with up != NULL, upload) every weight; returns the bytes needed. */
@@ -164,21 +273,29 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         }                                                                                      \
     } while (0)
 
+#define PUT_MAT(dst, what, ...)                                                                    \
+    do {                                                                                           \
+        const k_weight *parts_[] = {__VA_ARGS__};                                                  \
+        if (!st)                                                                                   \
+            st = put_mat(&(dst), parts_, (int)(sizeof parts_ / sizeof parts_[0]), wt, base, &off, up, \
+                         &cm->deq_elems, what, e);                                                 \
+    } while (0)
+    cm->deq_elems = 0;
     PUT(cm->tok_emb, &m->tok_emb, wt);
     if (m->lm_head.data == m->tok_emb.data)
-        cm->lm_head = cm->tok_emb;
+        cm->lm_head = (cuda_mat){.w = cm->tok_emb, .t = wt};
     else
-        PUT(cm->lm_head, &m->lm_head, wt);
+        PUT_MAT(cm->lm_head, "the output head", &m->lm_head);
     PUT(cm->out_norm, &m->out_norm, K_F32);
     for (int l = 0; l < c->n_layers; l++) {
         const layer_weights *L = &m->layers[l];
         cuda_layer *D = &cm->layers[l];
         /* Biases absent from a stacked set are zero-filled rows of the right size. */
         k_weight zq = {NULL, K_F32, 1, qd}, zkv = {NULL, K_F32, 1, kvd}, zf = {NULL, K_F32, 1, c->ffn_dim};
-        PUT_STACK(D->wqkv, wt, &L->wq, &L->wk, &L->wv);
-        PUT(D->wo, &L->wo, wt);
-        PUT_STACK(D->w_gu, wt, &L->w_gate, &L->w_up);
-        PUT(D->w_down, &L->w_down, wt);
+        PUT_MAT(D->wqkv, "q/k/v", &L->wq, &L->wk, &L->wv);
+        PUT_MAT(D->wo, "the attention output", &L->wo);
+        PUT_MAT(D->w_gu, "gate/up", &L->w_gate, &L->w_up);
+        PUT_MAT(D->w_down, "the down projection", &L->w_down);
         PUT(D->attn_norm, &L->attn_norm, K_F32);
         PUT(D->ffn_norm, &L->ffn_norm, K_F32);
         D->q_norm = D->k_norm = NULL;
@@ -198,6 +315,7 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
     }
 #undef PUT
 #undef PUT_STACK
+#undef PUT_MAT
     *bytes = off;
     return st;
 }
@@ -243,10 +361,11 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
         cuda_model_free(cm);
         return st;
     }
-    cm->wt = m->layers[0].wq.dtype;
+    cm->wt = m->tok_emb.dtype; /* the dense type; quantized matrices keep their own */
     uint64_t bytes = 0;
-    place(cm, m, NULL, NULL, &bytes, e);
-    st = arena_alloc(cm->arena, bytes, ARENA_WEIGHTS, "the weights", &cm->weights, e);
+    st = place(cm, m, NULL, NULL, &bytes, e);
+    if (!st)
+        st = arena_alloc(cm->arena, bytes, ARENA_WEIGHTS, "the weights", &cm->weights, e);
     if (st) {
         cuda_model_free(cm);
         return st;

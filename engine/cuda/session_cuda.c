@@ -37,6 +37,7 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->rope_cos = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float), ALIGN);
     cs->rope_sin = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float), ALIGN);
     cs->argmax_scratch = carve(base, &off, launch_argmax_scratch(), ALIGN);
+    cs->deq = carve(base, &off, cs->cm->deq_elems * ws, ALIGN);
     cs->ids = carve(base, &off, nb * sizeof(int32_t), ALIGN);
     cs->cand_ids = carve(base, &off, CAND_MAX * sizeof(int32_t), ALIGN);
     cs->cand_vals = carve(base, &off, CAND_MAX * sizeof(float), ALIGN);

@@ -12,15 +12,28 @@
 #include "backend.h"
 
 /*
+ * A matrix on the device: dense in the model's type, or quantized (the
+ * layouts kernels.h gives for k_weight, with a 4-bit matrix's absmax
+ * decoded to fp32 when it was nested).
+ */
+typedef struct cuda_mat {
+    void *w;       /* [rows, cols] in t                                       */
+    k_dtype t;
+    float *scales; /* K_I8: [rows, ceil(cols / group)]; 4-bit: absmax [n / group] */
+    float *code;   /* 4-bit: [16]                                             */
+    int group;     /* K_I8: columns a scale; 4-bit: elements a block          */
+} cuda_mat;
+
+/*
  * One layer on the device. q/k/v are stacked into one matrix and gate/up
  * into another, so decode reads each with one launch; norm weights and
  * biases are fp32.
  */
 typedef struct cuda_layer {
-    void *wqkv;       /* [(nh + 2*nkv) * hd, dim] wt: q rows, k rows, v rows */
-    void *wo;         /* [dim, nh*hd] wt                                     */
-    void *w_gu;       /* [2*ffn, dim] wt: gate rows, then up rows            */
-    void *w_down;     /* [dim, ffn] wt                                       */
+    cuda_mat wqkv;    /* [(nh + 2*nkv) * hd, dim]: q rows, k rows, v rows    */
+    cuda_mat wo;      /* [dim, nh*hd]                                        */
+    cuda_mat w_gu;    /* [2*ffn, dim]: gate rows, then up rows               */
+    cuda_mat w_down;  /* [dim, ffn]                                          */
     float *attn_norm; /* [dim]                                               */
     float *ffn_norm;  /* [dim]                                               */
     float *q_norm;    /* [hd] or NULL                                        */
@@ -35,11 +48,12 @@ struct cuda_model {
     arena *arena;
     int device;
     int n_sms;
-    k_dtype wt;         /* the type of every matrix on the device          */
+    k_dtype wt;         /* the dense type: embeddings, activations, dense matrices */
     void *weights;      /* the one arena region all of the below live in   */
     uint64_t weight_bytes;
     void *tok_emb;      /* [vocab, dim] wt                                 */
-    void *lm_head;      /* [vocab, dim] wt; tok_emb when tied              */
+    cuda_mat lm_head;   /* [vocab, dim]; tok_emb when tied                 */
+    uint64_t deq_elems; /* the largest quantized matrix (prefill decodes it) */
     float *out_norm;    /* [dim]                                           */
     cuda_layer *layers; /* [n_layers], host array of device pointers       */
     double upload_seconds;
@@ -67,6 +81,7 @@ struct cuda_session {
     float *logits;        /* [vocab]                                     */
     float *rope_cos;      /* [n_ctx, hd/2]                               */
     float *rope_sin;      /* [n_ctx, hd/2]                               */
+    void *deq;            /* [cm->deq_elems] wt: a quantized matrix decoded for prefill */
     void *argmax_scratch; /* launch_argmax_scratch() bytes               */
     int32_t *ids;         /* [n_batch]                                   */
     int32_t *cand_ids;    /* [CAND_MAX] sampling candidates              */

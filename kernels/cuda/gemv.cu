@@ -10,6 +10,10 @@
  * j in one warp and writes silu(gate) * up, so SwiGLU needs no launch
  * either (measured better than staging the SwiGLU as the next product's
  * input, which read 2 x 57 KB per block of the 8B down projection).
+ *
+ * Quantized weights (INT8, NF4/FP4) run through the same kernel: a chunk
+ * type loads 16 bytes of a row with its scale and decodes them in
+ * registers, so each weight byte is read once.
  */
 #include "common.cuh"
 
@@ -27,9 +31,29 @@
  * this before its first product, and a loop of dependent round trips to L2
  * here once cost more than streaming the weights.
  */
-template <int IN>
+template <int IN, int P>
 __device__ void stage_input(float *xs, const float *x, const float *norm, int cols, float eps)
 {
+    /* P > 0: 4 unused words after every P values (see the quantized chunks). */
+    if (P > 0) {
+        float ss = 0.0f;
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+            float v = x[j];
+            if (IN == GEMV_IN_RMSNORM) {
+                ss += v * v;
+                v *= norm[j];
+            }
+            xs[j + j / P * 4] = v;
+        }
+        if (IN == GEMV_IN_RMSNORM) {
+            ss = block_sum(ss);
+            const float inv = rsqrtf(ss / cols + eps);
+            for (int j = threadIdx.x; j < cols; j += blockDim.x)
+                xs[j + j / P * 4] *= inv;
+        }
+        __syncthreads();
+        return;
+    }
     const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && (IN != GEMV_IN_RMSNORM || (uintptr_t)norm % 16 == 0);
     float ss = 0.0f;
     if (vec) {
@@ -70,13 +94,33 @@ __device__ void stage_input(float *xs, const float *x, const float *norm, int co
 }
 
 /*
- * One unit of loading: 16 bytes of a row (VEC elements) when rows are
- * 16-byte aligned, else a single element.
+ * One unit of loading and its dot product with the staged input. The lanes
+ * of a warp take consecutive chunks; with wide chunks (16 or 32 columns)
+ * element i of every lane's chunk would sit in one shared-memory bank, so
+ * those chunk types set PAD: the input is staged with 4 spare words after
+ * each chunk's columns, so 16-byte reads of 8 lanes cover the 32 banks. load()
+ * takes the row index and the chunk's index within the row; dot() gets the
+ * input at the chunk's first column and the 4-bit code table (shared
+ * memory; unused by the other types). VEC: columns a chunk covers.
  */
-template <typename T, int VEC> struct chunk {
+/*
+ * What a quantized chunk needs to find its scale without dividing (integer
+ * division is a long instruction sequence on the GPU, and it ran once per
+ * 16 bytes): scales a row and log2 of the group, a power of two here.
+ */
+struct qinfo {
+    int n_groups, shift;
+};
+
+/* Dense: 16 bytes of a row (VEC elements) when rows are 16-byte aligned, else one element. */
+template <typename T, int N> struct chunk_dense {
+    static constexpr int VEC = N, PAD = 0;
     uint4 v;
-    __device__ __forceinline__ void load(const T *row, int c) { v = __ldg(reinterpret_cast<const uint4 *>(row) + c); }
-    __device__ __forceinline__ float dot(const float *xs) const
+    __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
+    {
+        v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const T *>(a.w) + (size_t)ri * a.cols) + c);
+    }
+    __device__ __forceinline__ float dot(const float *xs, const float *) const
     {
         const T *w = reinterpret_cast<const T *>(&v);
         float s = 0.0f;
@@ -86,10 +130,95 @@ template <typename T, int VEC> struct chunk {
         return s;
     }
 };
-template <typename T> struct chunk<T, 1> {
+template <typename T> struct chunk_dense<T, 1> {
+    static constexpr int VEC = 1, PAD = 0;
     T v;
-    __device__ __forceinline__ void load(const T *row, int c) { v = row[c]; }
-    __device__ __forceinline__ float dot(const float *xs) const { return to_f32(v) * xs[0]; }
+    __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
+    {
+        v = static_cast<const T *>(a.w)[(size_t)ri * a.cols + c];
+    }
+    __device__ __forceinline__ float dot(const float *xs, const float *) const { return to_f32(v) * xs[0]; }
+};
+
+/* INT8: 16 weights and the scale of their group (groups are multiples of 16 here). */
+struct chunk_i8 {
+    static constexpr int VEC = 16, PAD = 4;
+    uint4 v;
+    float s;
+    __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
+    {
+        v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const int8_t *>(a.w) + (size_t)ri * a.cols) + c);
+        s = __ldg(a.scales + (size_t)ri * q.n_groups + ((c * VEC) >> q.shift));
+    }
+    __device__ __forceinline__ float dot(const float *xs, const float *) const
+    {
+        /* q + 128 as the low byte of 2^23's float: exact, two instructions. */
+        const uint32_t w[4] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u, v.z ^ 0x80808080u, v.w ^ 0x80808080u};
+        const float4 *x4 = reinterpret_cast<const float4 *>(xs);
+        float d = 0.0f, e = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float4 x = x4[k];
+            d += (__uint_as_float(__byte_perm(w[k], 0x4b000000u, 0x7440)) - 8388736.0f) * x.x;
+            e += (__uint_as_float(__byte_perm(w[k], 0x4b000000u, 0x7441)) - 8388736.0f) * x.y;
+            d += (__uint_as_float(__byte_perm(w[k], 0x4b000000u, 0x7442)) - 8388736.0f) * x.z;
+            e += (__uint_as_float(__byte_perm(w[k], 0x4b000000u, 0x7443)) - 8388736.0f) * x.w;
+        }
+        d += e;
+        return d * s;
+    }
+};
+
+/* NF4/FP4: 32 weights (16 bytes, high nibble first) and their block's absmax. */
+struct chunk_4bit {
+    static constexpr int VEC = 32, PAD = 4;
+    uint4 v;
+    float am;
+    __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
+    {
+        const size_t first = (size_t)ri * a.cols + (size_t)c * VEC;
+        v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(a.w) + first / 2));
+        am = __ldg(a.scales + (first >> q.shift));
+    }
+    __device__ __forceinline__ float dot(const float *xs, const float *code) const
+    {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        const float4 *x4 = reinterpret_cast<const float4 *>(xs);
+        float d = 0.0f, e = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) { /* byte j of word k: elements 8k + 2j (high nibble), 8k + 2j + 1 */
+            const uint32_t b = w[k];
+            const float4 x = x4[2 * k], y = x4[2 * k + 1];
+            d += code[(b >> 4) & 15u] * x.x;
+            e += code[b & 15u] * x.y;
+            d += code[(b >> 12) & 15u] * x.z;
+            e += code[(b >> 8) & 15u] * x.w;
+            d += code[(b >> 20) & 15u] * y.x;
+            e += code[(b >> 16) & 15u] * y.y;
+            d += code[(b >> 28) & 15u] * y.z;
+            e += code[(b >> 24) & 15u] * y.w;
+        }
+        d += e;
+        return d * am;
+    }
+};
+
+/* Any quantized type, one element at a time (shapes the 16-byte chunks do not fit). */
+template <k_dtype Q> struct chunk_q1 {
+    static constexpr int VEC = 1, PAD = 0;
+    float v; /* the decoded weight */
+    __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
+    {
+        const size_t i = (size_t)ri * a.cols + c;
+        if (Q == K_I8) {
+            const int ng = (a.cols + a.group - 1) / a.group;
+            v = (float)static_cast<const int8_t *>(a.w)[i] * a.scales[(size_t)ri * ng + c / a.group];
+        } else {
+            const uint8_t b = static_cast<const uint8_t *>(a.w)[i / 2];
+            v = a.code[(i & 1) ? b & 15 : b >> 4] * a.scales[i / a.group];
+        }
+    }
+    __device__ __forceinline__ float dot(const float *xs, const float *) const { return v * xs[0]; }
 };
 
 /*
@@ -99,11 +228,19 @@ template <typename T> struct chunk<T, 1> {
  * and the first step's loads go out before the input is staged: a warp
  * never waits on memory with nothing in flight.
  */
-template <typename T, int VEC, int IN, bool GLU>
+template <typename C, int IN, bool GLU>
 __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
-    extern __shared__ float xs[];
-    typedef chunk<T, VEC> C;
+    extern __shared__ float xs[]; /* the input [cols (+ cols / VEC with PAD)], then the 4-bit code table [16] */
+    constexpr int VEC = C::VEC, STRIDE = VEC + C::PAD;
+    qinfo qi = {0, 0};
+    if (C::PAD && a.group > 0) { /* the 16-byte quantized chunks */
+        qi.n_groups = (a.cols + a.group - 1) / a.group;
+        qi.shift = __ffs(a.group) - 1; /* exact where the 16-byte chunks run: a power of two */
+        if (a.group >= a.cols && a.wt == K_I8)
+            qi.shift = 30; /* one scale a row: every chunk's index is 0 */
+    }
+    float *code = xs + a.cols + (C::PAD ? a.cols / VEC * C::PAD : 0);
     /* GLU: each output pairs gate row j with up row half + j. */
     constexpr int R = GLU ? 2 : GEMV_ROWS, OUT = GLU ? 1 : GEMV_ROWS;
     const int half = a.rows / 2, out_rows = GLU ? half : a.rows;
@@ -117,7 +254,6 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     const int first = warp * OUT;
     const int groups = first < out_rows ? (out_rows - 1 - first) / stride + 1 : 0;
     const int total = groups * steps;
-    const T *W = static_cast<const T *>(a.w);
 
     C cur[R][GEMV_UNROLL], nxt[R][GEMV_UNROLL];
     /* Load step k (row group k / steps, step k % steps) into buf. */
@@ -127,12 +263,11 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
         for (int r = 0; r < R; r++) {
             /* A row past the end re-reads the group's first row; its sum is dropped. */
             const int ri = GLU ? r0 + r * half : (r0 + r < a.rows ? r0 + r : r0);
-            const T *row = W + (size_t)ri * a.cols;
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 const int c = step * per_step + 32 * u + lane;
                 if (c < chunks)
-                    buf[r][u].load(row, c);
+                    buf[r][u].load(a, qi, ri, c);
             }
         }
     };
@@ -142,7 +277,9 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
      * weight loads above overlap its tail; its outputs (our input) are
      * read only after this wait. */
     dependency_wait();
-    stage_input<IN>(xs, a.x, a.norm, a.cols, a.eps);
+    if (a.code && threadIdx.x < 16)
+        code[threadIdx.x] = a.code[threadIdx.x]; /* published by stage_input's barrier */
+    stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps); /* PAD is 4 where set */
 
     float acc[R];
 #pragma unroll
@@ -161,7 +298,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 const int c = step * per_step + 32 * u + lane;
                 if (c < chunks)
-                    acc[r] += cur[r][u].dot(xs + c * VEC);
+                    acc[r] += cur[r][u].dot(xs + c * STRIDE, code);
             }
         if (ns == 0 && GLU) { /* the output is done: silu(gate) * up */
             const int j = first + group * stride;
@@ -197,10 +334,10 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     }
 }
 
-template <typename T, int VEC, int IN, bool GLU>
+template <typename C, int IN, bool GLU>
 static int run(launch_ctx *c, const gemv_args *a, size_t smem)
 {
-    auto kern = k_gemv<T, VEC, IN, GLU>;
+    auto kern = k_gemv<C, IN, GLU>;
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return launch_fail(c, "gemv: %zu bytes of shared memory for %d columns: %s", smem, a->cols,
@@ -221,17 +358,27 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     return launch_check(c, "gemv");
 }
 
-template <typename T, int VEC>
+template <typename C>
 static int run_input(launch_ctx *c, const gemv_args *a, size_t smem)
 {
     if (a->glu_out)
-        return a->in == GEMV_IN_RMSNORM ? run<T, VEC, GEMV_IN_RMSNORM, true>(c, a, smem)
-                                        : run<T, VEC, GEMV_IN_F32, true>(c, a, smem);
+        return a->in == GEMV_IN_RMSNORM ? run<C, GEMV_IN_RMSNORM, true>(c, a, smem)
+                                        : run<C, GEMV_IN_F32, true>(c, a, smem);
     switch (a->in) {
-    case GEMV_IN_F32: return run<T, VEC, GEMV_IN_F32, false>(c, a, smem);
-    case GEMV_IN_RMSNORM: return run<T, VEC, GEMV_IN_RMSNORM, false>(c, a, smem);
+    case GEMV_IN_F32: return run<C, GEMV_IN_F32, false>(c, a, smem);
+    case GEMV_IN_RMSNORM: return run<C, GEMV_IN_RMSNORM, false>(c, a, smem);
     }
     return launch_fail(c, "gemv: unknown input mode %d", (int)a->in);
+}
+
+static bool pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+/* A quantized matrix's arrays are there and its group fits its type. */
+static bool quant_ok(const gemv_args *a)
+{
+    if (a->wt == K_I8)
+        return a->scales && a->group > 0;
+    return a->scales && a->code && a->group > 0 && a->group % 2 == 0;
 }
 
 extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
@@ -242,13 +389,61 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
         return launch_fail(c, "gemv: RMSNorm input without norm weights");
     if (a->glu_out && (a->rows % 2 || a->accumulate))
         return launch_fail(c, "gemv: a gated output needs an even row count and no accumulation");
-    const size_t smem = (size_t)a->cols * sizeof(float);
+    /* The input (with 4 spare words every 16 columns at most), the code table. */
+    const size_t smem = ((size_t)a->cols + a->cols / 16 * 4 + 16) * sizeof(float);
+    const bool aligned = (uintptr_t)a->w % 16 == 0;
+    switch (a->wt) {
+    case K_I8:
+        if (!quant_ok(a))
+            return launch_fail(c, "gemv: int8 weights without scales");
+        if (aligned && a->cols % 16 == 0 && (a->group >= a->cols || (a->group % 16 == 0 && pow2(a->group))))
+            return run_input<chunk_i8>(c, a, smem);
+        return run_input<chunk_q1<K_I8>>(c, a, smem);
+    case K_NF4:
+    case K_FP4:
+        if (!quant_ok(a))
+            return launch_fail(c, "gemv: 4-bit weights without absmax, code table or an even block");
+        if (aligned && a->cols % 32 == 0 && a->group % 32 == 0 && pow2(a->group))
+            return run_input<chunk_4bit>(c, a, smem);
+        return run_input<chunk_q1<K_NF4>>(c, a, smem);
+    default:
+        break;
+    }
     DISPATCH_TYPE(a->wt, T, {
-        const int vec = 16 / (int)sizeof(T);
-        const bool aligned = ((uintptr_t)a->w % 16 == 0) && (a->cols % vec == 0);
-        if (aligned)
-            return run_input<T, 16 / sizeof(T)>(c, a, smem);
-        return run_input<T, 1>(c, a, smem);
+        constexpr int vec = 16 / (int)sizeof(T);
+        if (aligned && a->cols % vec == 0)
+            return run_input<chunk_dense<T, vec>>(c, a, smem);
+        return run_input<chunk_dense<T, 1>>(c, a, smem);
     });
     return 0;
+}
+
+/* ---- decoding a quantized matrix for the prefill products ---- */
+
+template <typename O, k_dtype Q>
+__global__ void k_dequant(O *out, gemv_args a)
+{
+    const size_t n = (size_t)a.rows * a.cols;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const int ri = (int)(i / a.cols), c = (int)(i - (size_t)ri * a.cols);
+        chunk_q1<Q> q;
+        q.load(a, qinfo{0, 0}, ri, c);
+        out[i] = from_f32<O>(q.v);
+    }
+}
+
+extern "C" int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a)
+{
+    if (!out || !a->w || a->rows <= 0 || a->cols <= 0 || !k_dtype_is_quant(a->wt) || !quant_ok(a))
+        return launch_fail(c, "dequant: bad arguments (type %d, rows %d, cols %d)", (int)a->wt, a->rows, a->cols);
+    const size_t n = (size_t)a->rows * a->cols;
+    const size_t cap = (size_t)(c->n_sms > 0 ? c->n_sms : 1) * 16;
+    const unsigned blocks = (unsigned)(n / 256 + 1 < cap ? n / 256 + 1 : cap);
+    DISPATCH_TYPE(ot, O, {
+        if (a->wt == K_I8)
+            k_dequant<O, K_I8><<<blocks, 256, 0, c->stream>>>(static_cast<O *>(out), *a);
+        else
+            k_dequant<O, K_NF4><<<blocks, 256, 0, c->stream>>>(static_cast<O *>(out), *a);
+    });
+    return launch_check(c, "dequant");
 }
