@@ -114,7 +114,7 @@ struct qinfo {
 
 /* Dense: 16 bytes of a row (VEC elements) when rows are 16-byte aligned, else one element. */
 template <typename T, int N> struct chunk_dense {
-    static constexpr int VEC = N, PAD = 0;
+    static constexpr int VEC = N, PAD = 0, UNROLL = GEMV_UNROLL;
     uint4 v;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
     {
@@ -131,7 +131,7 @@ template <typename T, int N> struct chunk_dense {
     }
 };
 template <typename T> struct chunk_dense<T, 1> {
-    static constexpr int VEC = 1, PAD = 0;
+    static constexpr int VEC = 1, PAD = 0, UNROLL = GEMV_UNROLL;
     T v;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
     {
@@ -142,7 +142,7 @@ template <typename T> struct chunk_dense<T, 1> {
 
 /* INT8: 16 weights and the scale of their group (groups are multiples of 16 here). */
 struct chunk_i8 {
-    static constexpr int VEC = 16, PAD = 4;
+    static constexpr int VEC = 16, PAD = 4, UNROLL = GEMV_UNROLL;
     uint4 v;
     float s;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -171,7 +171,7 @@ struct chunk_i8 {
 
 /* NF4/FP4: 32 weights (16 bytes, high nibble first) and their block's absmax. */
 struct chunk_4bit {
-    static constexpr int VEC = 32, PAD = 4;
+    static constexpr int VEC = 32, PAD = 4, UNROLL = 4; /* a step of 2 KB: one 4096-column row */
     uint4 v;
     float am;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -205,7 +205,7 @@ struct chunk_4bit {
 
 /* Any quantized type, one element at a time (shapes the 16-byte chunks do not fit). */
 template <k_dtype Q> struct chunk_q1 {
-    static constexpr int VEC = 1, PAD = 0;
+    static constexpr int VEC = 1, PAD = 0, UNROLL = GEMV_UNROLL;
     float v; /* the decoded weight */
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
     {
@@ -223,7 +223,7 @@ template <k_dtype Q> struct chunk_q1 {
 
 /*
  * Each warp owns row groups r0, r0 + stride, ... (GEMV_ROWS rows each) and
- * walks them in steps of GEMV_UNROLL chunks per lane. The loads of the next
+ * walks them in steps of C::UNROLL chunks per lane. The loads of the next
  * step are issued before the current one is summed, across row groups too,
  * and the first step's loads go out before the input is staged: a warp
  * never waits on memory with nothing in flight.
@@ -232,7 +232,7 @@ template <typename C, int IN, bool GLU>
 __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
     extern __shared__ float xs[]; /* the input [cols (+ cols / VEC with PAD)], then the 4-bit code table [16] */
-    constexpr int VEC = C::VEC, STRIDE = VEC + C::PAD;
+    constexpr int VEC = C::VEC, STRIDE = VEC + C::PAD, U = C::UNROLL;
     qinfo qi = {0, 0};
     if (C::PAD && a.group > 0) { /* the 16-byte quantized chunks */
         qi.n_groups = (a.cols + a.group - 1) / a.group;
@@ -249,22 +249,22 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     const int warp = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
     const int stride = gridDim.x * warps_per_block * OUT;
     const int chunks = a.cols / VEC;
-    const int per_step = 32 * GEMV_UNROLL;
+    const int per_step = 32 * U;
     const int steps = (chunks + per_step - 1) / per_step; /* per row group */
     const int first = warp * OUT;
     const int groups = first < out_rows ? (out_rows - 1 - first) / stride + 1 : 0;
     const int total = groups * steps;
 
-    C cur[R][GEMV_UNROLL], nxt[R][GEMV_UNROLL];
+    C cur[R][U], nxt[R][U];
     /* Load step k (row group k / steps, step k % steps) into buf. */
-    auto load = [&](C (&buf)[R][GEMV_UNROLL], int group, int step) {
+    auto load = [&](C (&buf)[R][U], int group, int step) {
         const int r0 = first + group * stride;
 #pragma unroll
         for (int r = 0; r < R; r++) {
             /* A row past the end re-reads the group's first row; its sum is dropped. */
             const int ri = GLU ? r0 + r * half : (r0 + r < a.rows ? r0 + r : r0);
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) {
+            for (int u = 0; u < U; u++) {
                 const int c = step * per_step + 32 * u + lane;
                 if (c < chunks)
                     buf[r][u].load(a, qi, ri, c);
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) {
+            for (int u = 0; u < U; u++) {
                 const int c = step * per_step + 32 * u + lane;
                 if (c < chunks)
                     acc[r] += cur[r][u].dot(xs + c * STRIDE, code);
@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++)
+            for (int u = 0; u < U; u++)
                 cur[r][u] = nxt[r][u];
         group = ng;
         step = ns;
