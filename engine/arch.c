@@ -53,7 +53,7 @@ static engine_status bind(engine_model *m, k_weight *w, const char *name, int ro
         return err_set(e, ENGINE_ERR_FORMAT, "%s: tensor '%s' is missing", file, name);
     }
     file = st_file_path(m->weights, t->shard);
-    if (t->dtype == ST_I8 || t->dtype == ST_U8)
+    if (t->dtype == ST_I8 || t->dtype == ST_U8 || has_bnb_state(m, name))
         return bind_quantized(m, w, t, name, rows, cols, e);
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
         return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; this build reads F32, F16, BF16 and quantized I8/U8",

@@ -105,10 +105,21 @@ static engine_status parse_state(const engine_model *m, const st_tensor *qs, con
     return st;
 }
 
+bool has_bnb_state(const engine_model *m, const char *name)
+{
+    return find_part(m, name, ".quant_state.bitsandbytes__nf4") || find_part(m, name, ".quant_state.bitsandbytes__fp4");
+}
+
 static engine_status bind_4bit(engine_model *m, k_weight *w, const st_tensor *t, const char *name, int rows, int cols,
                                err_buf *e)
 {
     const char *file = st_file_path(m->weights, t->shard);
+    /* bitsandbytes can pack the nibbles into wider storage (quant_storage,
+     * for FSDP); the bytes are the same but this reader takes U8 only. */
+    if (t->dtype != ST_U8)
+        return err_set(e, ENGINE_ERR_UNSUPPORTED,
+                       "%s: 4-bit tensor '%s' is packed in %s (bnb_4bit_quant_storage); only uint8 is supported", file,
+                       name, st_dtype_name(t->dtype));
     const st_tensor *qs = find_part(m, name, ".quant_state.bitsandbytes__nf4");
     k_dtype type = K_NF4;
     if (!qs) {

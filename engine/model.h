@@ -146,6 +146,8 @@ void model_log(const engine_model *m, engine_log_level level, const char *fmt, .
  */
 engine_status bind_quantized(engine_model *m, k_weight *w, const st_tensor *t, const char *name, int rows, int cols,
                              err_buf *e);
+/* Whether name has a bitsandbytes quant_state companion (a 4-bit weight). */
+bool has_bnb_state(const engine_model *m, const char *name);
 
 /* Bind every weight the architecture needs; errors name the file and tensor. */
 engine_status model_bind_weights(engine_model *m, err_buf *e);
