@@ -128,8 +128,13 @@ static void test_bnb_fixture(void)
     float nf4[16], fp4[16], map[256], mine[256];
     CHECK(unhex(json_string_value(json_object_get(root, "nf4_code_f32")), nf4, sizeof nf4) == sizeof nf4 &&
           count_diff(nf4, q_nf4_code, 16, 4) == 0);
-    CHECK(unhex(json_string_value(json_object_get(root, "fp4_code_f32")), fp4, sizeof fp4) == sizeof fp4 &&
-          count_diff(fp4, q_fp4_code, 16, 4) == 0);
+    /* bitsandbytes' FP4 quant_map holds +0 at code 8 while its kernels decode
+     * code 8 to -0 (the dequantized values below show it); ours follows the
+     * kernels, so the table is compared by value here, bit for bit below. */
+    int fp4_same = unhex(json_string_value(json_object_get(root, "fp4_code_f32")), fp4, sizeof fp4) == sizeof fp4;
+    for (int i = 0; i < 16 && fp4_same; i++)
+        fp4_same = fp4[i] == q_fp4_code[i];
+    CHECK(fp4_same);
     const int have_map = unhex(json_string_value(json_object_get(root, "dynamic_map_f32")), map, sizeof map) ==
                          sizeof map;
     CHECK(have_map);

@@ -112,6 +112,14 @@ struct qinfo {
     int n_groups, shift;
 };
 
+__device__ __forceinline__ qinfo make_qinfo(const gemv_args &a)
+{
+    qinfo q = {(a.cols + a.group - 1) / a.group, __ffs(a.group) - 1}; /* exact where chunks run: a power of two */
+    if (a.group >= a.cols && a.wt == K_I8)
+        q.shift = 30; /* one scale a row: every chunk's index is 0 */
+    return q;
+}
+
 /* Dense: 16 bytes of a row (VEC elements) when rows are 16-byte aligned, else one element. */
 template <typename T, int N> struct chunk_dense {
     static constexpr int VEC = N, PAD = 0, UNROLL = GEMV_UNROLL;
@@ -167,6 +175,14 @@ struct chunk_i8 {
         d += e;
         return d * s;
     }
+    /* The 16 weights, as k_dequant_row gives them (q * scale). */
+    __device__ __forceinline__ void decode(float *f, const float *) const
+    {
+        const uint32_t w[4] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u, v.z ^ 0x80808080u, v.w ^ 0x80808080u};
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            f[i] = (__uint_as_float(__byte_perm(w[i / 4], 0x4b000000u, 0x7440 + i % 4)) - 8388736.0f) * s;
+    }
 };
 
 /* NF4/FP4: 32 weights (16 bytes, high nibble first) and their block's absmax. */
@@ -201,6 +217,17 @@ struct chunk_4bit {
         d += e;
         return d * am;
     }
+    /* The 32 weights, as k_dequant_row gives them (code * absmax). */
+    __device__ __forceinline__ void decode(float *f, const float *code) const
+    {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const uint32_t b = (w[i / 4] >> (8 * (i % 4))) & 0xffu;
+            f[2 * i] = code[b >> 4] * am;
+            f[2 * i + 1] = code[b & 15u] * am;
+        }
+    }
 };
 
 /* Any quantized type, one element at a time (shapes the 16-byte chunks do not fit). */
@@ -233,13 +260,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
     extern __shared__ float xs[]; /* the input [cols (+ cols / VEC with PAD)], then the 4-bit code table [16] */
     constexpr int VEC = C::VEC, STRIDE = VEC + C::PAD, U = C::UNROLL;
-    qinfo qi = {0, 0};
-    if (C::PAD && a.group > 0) { /* the 16-byte quantized chunks */
-        qi.n_groups = (a.cols + a.group - 1) / a.group;
-        qi.shift = __ffs(a.group) - 1; /* exact where the 16-byte chunks run: a power of two */
-        if (a.group >= a.cols && a.wt == K_I8)
-            qi.shift = 30; /* one scale a row: every chunk's index is 0 */
-    }
+    const qinfo qi = C::PAD && a.group > 0 ? make_qinfo(a) : qinfo{0, 0}; /* the 16-byte quantized chunks */
     float *code = xs + a.cols + (C::PAD ? a.cols / VEC * C::PAD : 0);
     /* GLU: each output pairs gate row j with up row half + j. */
     constexpr int R = GLU ? 2 : GEMV_ROWS, OUT = GLU ? 1 : GEMV_ROWS;
@@ -432,6 +453,38 @@ __global__ void k_dequant(O *out, gemv_args a)
     }
 }
 
+/* The same a 16-byte chunk per thread, where the decode product's chunks run. */
+template <typename O, typename C>
+__global__ void k_dequant_chunks(O *out, gemv_args a)
+{
+    __shared__ float code[16];
+    if (a.code && threadIdx.x < 16)
+        code[threadIdx.x] = a.code[threadIdx.x];
+    __syncthreads();
+    const qinfo qi = make_qinfo(a);
+    const int per_row = a.cols / C::VEC;
+    const size_t total = (size_t)a.rows * per_row;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (size_t)gridDim.x * blockDim.x) {
+        const int ri = (int)(k / per_row), c = (int)(k - (size_t)ri * per_row);
+        C ch;
+        ch.load(a, qi, ri, c);
+        float f[C::VEC];
+        ch.decode(f, code);
+        /* 16-byte stores: a thread's 32-64 bytes, not 2-byte pieces at a stride. */
+        constexpr int PER = 16 / sizeof(O);
+        uint4 *dst = reinterpret_cast<uint4 *>(out + (size_t)ri * a.cols + (size_t)c * C::VEC);
+#pragma unroll
+        for (int g = 0; g < C::VEC / PER; g++) {
+            uint4 pk;
+            O *po = reinterpret_cast<O *>(&pk);
+#pragma unroll
+            for (int e = 0; e < PER; e++)
+                po[e] = from_f32<O>(f[g * PER + e]);
+            dst[g] = pk;
+        }
+    }
+}
+
 extern "C" int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a)
 {
     if (!out || !a->w || a->rows <= 0 || a->cols <= 0 || !k_dtype_is_quant(a->wt) || !quant_ok(a))
@@ -439,11 +492,19 @@ extern "C" int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_a
     const size_t n = (size_t)a->rows * a->cols;
     const size_t cap = (size_t)(c->n_sms > 0 ? c->n_sms : 1) * 16;
     const unsigned blocks = (unsigned)(n / 256 + 1 < cap ? n / 256 + 1 : cap);
+    const bool aligned = (uintptr_t)a->w % 16 == 0;
+    const bool i8_chunks = aligned && a->cols % 16 == 0 && (a->group >= a->cols || (a->group % 16 == 0 && pow2(a->group)));
+    const bool q4_chunks = aligned && a->cols % 32 == 0 && a->group % 32 == 0 && pow2(a->group);
     DISPATCH_TYPE(ot, O, {
-        if (a->wt == K_I8)
-            k_dequant<O, K_I8><<<blocks, 256, 0, c->stream>>>(static_cast<O *>(out), *a);
+        O *o = static_cast<O *>(out);
+        if (a->wt == K_I8 && i8_chunks)
+            k_dequant_chunks<O, chunk_i8><<<blocks, 256, 0, c->stream>>>(o, *a);
+        else if (a->wt == K_I8)
+            k_dequant<O, K_I8><<<blocks, 256, 0, c->stream>>>(o, *a);
+        else if (q4_chunks)
+            k_dequant_chunks<O, chunk_4bit><<<blocks, 256, 0, c->stream>>>(o, *a);
         else
-            k_dequant<O, K_NF4><<<blocks, 256, 0, c->stream>>>(static_cast<O *>(out), *a);
+            k_dequant<O, K_NF4><<<blocks, 256, 0, c->stream>>>(o, *a);
     });
     return launch_check(c, "dequant");
 }
