@@ -65,6 +65,15 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
     engine_generate_params p = params ? *params : engine_generate_default_params();
     if (p.n_predict < 0)
         return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "n_predict %d is negative", p.n_predict);
+#ifdef ENGINE_HAVE_CUDA
+    /* A GPU session leaves the last logits on the device unless asked for them. */
+    if (n_prompt == 0 && !s->have_logits && s->device_logits) {
+        engine_status cst = cuda_copy_logits(s, &s->err);
+        if (cst != ENGINE_OK)
+            return cst;
+        s->have_logits = true;
+    }
+#endif
     if (n_prompt == 0 && !s->have_logits)
         return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "empty prompt and nothing evaluated before it");
 

@@ -112,6 +112,7 @@ struct engine_session {
     int *pos;                  /* [n_batch]                               */
     int32_t *tokens;           /* [n_ctx] ids in the cache, in order      */
     bool have_logits;          /* logits hold the last evaluated token's  */
+    bool device_logits;        /* CUDA: the device holds them (copied on demand) */
     err_buf err;
 };
 

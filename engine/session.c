@@ -138,7 +138,7 @@ void engine_session_reset(engine_session *s)
 {
     if (s) {
         s->n_past = 0;
-        s->have_logits = false;
+        s->have_logits = s->device_logits = false;
     }
 }
 
@@ -193,7 +193,7 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
         if (s->cuda) {
             engine_status st = cuda_forward(s, ids + done, chunk, last && logits, last ? argmax : NULL, &s->err);
             if (st) {
-                s->have_logits = false;
+                s->have_logits = s->device_logits = false;
                 return st;
             }
         } else
@@ -203,6 +203,7 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
     }
     /* On the GPU the host logits are current only when they were asked for. */
     s->have_logits = !s->cuda || logits;
+    s->device_logits = s->cuda != NULL;
     if (logits)
         *logits = s->logits;
     return ENGINE_OK;

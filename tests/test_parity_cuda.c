@@ -177,6 +177,13 @@ static void sampled_generation(const char *path)
         printf("test_parity_cuda: sampled generation (T 0.9, top-k 50, top-p 0.95): %zu of %zu tokens identical\n",
                first, na);
         CHECK_MSG(na == nb && first == na, "sampled ids differ from token %zu", first);
+        /* Continuing with an empty prompt samples from the last evaluated
+         * token's logits, which a GPU session keeps on the device. */
+        gp.n_predict = 20;
+        CHECK(engine_generate(sc, NULL, 0, &gp, a, 256, &na, NULL) == ENGINE_OK);
+        CHECK_MSG(engine_generate(sg, NULL, 0, &gp, b, 256, &nb, NULL) == ENGINE_OK, "%s",
+                  engine_session_last_error(sg));
+        CHECK_MSG(na == nb && na > 0 && !memcmp(a, b, na * sizeof *a), "continuation: %zu / %zu tokens", na, nb);
     }
     engine_session_free(sc);
     engine_session_free(sg);
