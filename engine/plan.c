@@ -585,32 +585,18 @@ void engine_plan_free(engine_plan *plan)
     free(plan);
 }
 
-const engine_plan_totals *engine_plan_get_totals(const engine_plan *plan)
+/* Accessors: NULL plans and rows out of range give NULL, 0 or "". */
+const engine_plan_totals *engine_plan_get_totals(const engine_plan *p) { return p ? &p->totals : NULL; }
+size_t engine_plan_n_entries(const engine_plan *p) { return p ? p->n_entries : 0; }
+size_t engine_plan_n_options(const engine_plan *p) { return p ? p->n_options : 0; }
+const char *engine_plan_summary(const engine_plan *p) { return p ? p->summary : ""; }
+
+const engine_plan_entry *engine_plan_entry_at(const engine_plan *p, size_t i)
 {
-    return plan ? &plan->totals : NULL;
+    return p && i < p->n_entries ? &p->entries[i] : NULL;
 }
 
-size_t engine_plan_n_entries(const engine_plan *plan)
+const engine_plan_option *engine_plan_option_at(const engine_plan *p, size_t i)
 {
-    return plan ? plan->n_entries : 0;
-}
-
-const engine_plan_entry *engine_plan_entry_at(const engine_plan *plan, size_t i)
-{
-    return plan && i < plan->n_entries ? &plan->entries[i] : NULL;
-}
-
-size_t engine_plan_n_options(const engine_plan *plan)
-{
-    return plan ? plan->n_options : 0;
-}
-
-const engine_plan_option *engine_plan_option_at(const engine_plan *plan, size_t i)
-{
-    return plan && i < plan->n_options ? &plan->options[i] : NULL;
-}
-
-const char *engine_plan_summary(const engine_plan *plan)
-{
-    return plan ? plan->summary : "";
+    return p && i < p->n_options ? &p->options[i] : NULL;
 }
