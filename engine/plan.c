@@ -404,8 +404,14 @@ static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slo
         if (len > 0 && (size_t)len < n && o)
             len += snprintf(s + len, n - (size_t)len, "%s--quant %s (at least %s)",
                             t->max_ctx_that_fits > 0 ? " or with " : "; it fits with ", o->name, H(6, o->minimum));
+        const engine_plan_option *nf4 = NULL;
+        for (size_t i = 0; i < p->n_options; i++)
+            if (p->options[i].quant == ENGINE_QUANT_NF4)
+                nf4 = &p->options[i];
         if (len > 0 && (size_t)len < n && !o && t->max_ctx_that_fits == 0)
-            snprintf(s + len, n - (size_t)len, "; no shorter context or quantized format makes it fit");
+            len += snprintf(s + len, n - (size_t)len, "; no shorter context or quantized format makes it fit");
+        if (len > 0 && (size_t)len < n && !o && nf4)
+            snprintf(s + len, n - (size_t)len, " (--quant nf4 needs at least %s)", H(7, nf4->minimum));
         return;
     }
     if (chosen->k == 0 && !chosen->emb_host && !chosen->head_streamed) {

@@ -337,6 +337,7 @@ static void test_refusal(void)
     p = plan_of(m, 256 * MiB, 0, ENGINE_QUANT_NONE, &st, err, sizeof err);
     CHECK(st == ENGINE_ERR_OVER_BUDGET && p && engine_plan_get_totals(p)->max_ctx_that_fits == 0);
     CHECK_MSG(strstr(err, "no shorter context or quantized format makes it fit") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "(--quant nf4 needs at least ") != NULL, "%s", err);
     engine_plan_free(p);
     synth_free(m);
 }
