@@ -375,6 +375,125 @@ ENGINE_API engine_quantize_params engine_quantize_default_params(void);
 ENGINE_API engine_status engine_quantize(const char *in, const char *out, const engine_quantize_params *params,
                                          engine_quantize_stats *stats, char *err, size_t err_size);
 
+/* ---------------------------------------------------------- offload plan */
+
+/*
+ * Where each part of a model would live on the GPU under a device memory
+ * budget: resident, or kept in host memory and streamed in when needed
+ * (at least two layers in flight). Planning is pure arithmetic on the
+ * model's shapes and formats: it touches no device, so a model loaded with
+ * ENGINE_DEVICE_CPU (its weights only mapped) can be planned on a machine
+ * without a GPU. The sizes are those the CUDA backend lays out: dense
+ * matrices in the embeddings' type, q/k/v and gate/up stacked, quantized
+ * matrices in their own format with fp32 scales, each arena region rounded
+ * up to the allocation granularity (2 MiB).
+ */
+
+typedef enum engine_placement {
+    ENGINE_PLACE_RESIDENT = 0, /* on the GPU for the whole run                    */
+    ENGINE_PLACE_STREAMED = 1  /* in host memory, copied to the GPU when needed;
+                                  for the embeddings: each token's row is copied */
+} engine_placement;
+
+typedef enum engine_plan_part {
+    ENGINE_PLAN_EMBEDDINGS = 0, /* the token embedding table (0 bytes when tied: the output head holds it) */
+    ENGINE_PLAN_LAYER = 1,      /* one decoder layer: its matrices, norms and biases                      */
+    ENGINE_PLAN_OUTPUT = 2      /* the final norm and the output head                                     */
+} engine_plan_part;
+
+#define ENGINE_PLAN_CUDA_CONTEXT_BYTES ((uint64_t)512 << 20) /* default: measured ~0.5 GiB on an H100 */
+#define ENGINE_PLAN_HBM_GBPS 3000.0  /* default device memory bandwidth, GB/s          */
+#define ENGINE_PLAN_PCIE_GBPS 54.7   /* default pinned host-to-device bandwidth, GB/s  */
+
+typedef struct engine_plan_params {
+    uint64_t vram_budget;        /* device bytes for everything, CUDA context included; must be > 0 */
+    int n_ctx;                   /* context length; 0 = as engine_session_create chooses            */
+    engine_quant quant;          /* plan the layers as --quant would make them; NONE = as loaded    */
+    uint64_t cuda_context_bytes; /* 0 = ENGINE_PLAN_CUDA_CONTEXT_BYTES                               */
+    double hbm_gbps;             /* 0 = ENGINE_PLAN_HBM_GBPS                                         */
+    double pcie_gbps;            /* 0 = ENGINE_PLAN_PCIE_GBPS                                        */
+} engine_plan_params;
+
+/* One row of the plan: the embeddings, each layer in order, the output head. */
+typedef struct engine_plan_entry {
+    engine_plan_part part;
+    int layer;                   /* layer index; -1 for the embeddings and the output head          */
+    const char *format;          /* "bf16", "f16", "f32", "int8", "int8-g128", "nf4", "nf4-dq", "fp4", "tied"; static */
+    uint64_t weight_bytes;       /* bytes on the device in that format                              */
+    engine_placement placement;
+    uint64_t kv_bytes;           /* this layer's K and V cache (always on the device); 0 otherwise  */
+    uint64_t bytes_per_token;    /* host-to-device bytes per decoded token; 0 when resident         */
+} engine_plan_entry;
+
+typedef struct engine_plan_totals {
+    uint64_t budget;             /* params.vram_budget                                              */
+    int n_ctx;                   /* the context length planned for                                  */
+    int fits;                    /* 0: refused, even the minimum is over the budget                 */
+    int n_layers;
+    int n_layers_streamed;
+    uint64_t weights_resident;   /* weights held on the device for the whole run                    */
+    uint64_t weights_streamed;   /* weights kept in host memory                                     */
+    uint64_t stream_buffers;     /* device buffers for the streamed layers in flight                */
+    uint64_t kv_cache;
+    uint64_t activations;        /* activations, scratch and the cuBLASLt workspace                 */
+    uint64_t cuda_context;
+    uint64_t device_total;       /* all of the above with arena rounding, CUDA context included     */
+    uint64_t free_bytes;         /* budget - device_total; 0 when refused                           */
+    uint64_t minimum;            /* the least device memory this model and context need            */
+    uint64_t all_resident;       /* device memory to keep every weight resident                     */
+    uint64_t read_per_token;     /* resident weight bytes read per decoded token                    */
+    uint64_t streamed_per_token; /* host-to-device bytes per decoded token                          */
+    double tokens_per_second;    /* decode bound: read / HBM + streamed / PCIe bandwidth             */
+    double resident_tokens_per_second; /* the bound if every weight were resident                   */
+    int max_ctx_that_fits;       /* when refused: the longest context that would fit, 0 if none     */
+    double hbm_gbps, pcie_gbps;  /* the bandwidths used                                             */
+} engine_plan_totals;
+
+/* The same plan with the layers quantized to another format (as --quant would). */
+typedef struct engine_plan_option {
+    engine_quant quant;
+    const char *name;            /* "int8", "nf4", ...; static                                       */
+    uint64_t weight_bytes;       /* every weight on the device in that format                        */
+    uint64_t minimum;            /* least device memory it needs                                     */
+    uint64_t all_resident;       /* device memory to keep it all resident                            */
+    int fits;                    /* minimum within the budget                                        */
+    int fits_resident;           /* all_resident within the budget                                   */
+    double tokens_per_second;    /* its decode bound under the same budget (0 when it does not fit)  */
+} engine_plan_option;
+
+typedef struct engine_plan engine_plan;
+
+ENGINE_API engine_plan_params engine_plan_default_params(void);
+
+/*
+ * Plan model under params (vram_budget required). On ENGINE_OK *out owns
+ * the plan; free it with engine_plan_free() (the model may be freed first:
+ * the plan copies what it needs). When even the minimum is over the budget
+ * the call returns ENGINE_ERR_OVER_BUDGET, err gets one line giving the
+ * minimum and what would make it fit (a shorter context, a quantized
+ * format), and *out still receives the plan (totals.fits == 0) so a program
+ * can read the figures; free it likewise. Other errors leave *out NULL.
+ */
+ENGINE_API engine_status engine_plan_create(const engine_model *model, const engine_plan_params *params,
+                                            engine_plan **out, char *err, size_t err_size);
+/* NULL is a no-op. */
+ENGINE_API void engine_plan_free(engine_plan *plan);
+/* The totals; owned by the plan, valid until engine_plan_free. NULL for a NULL plan. */
+ENGINE_API const engine_plan_totals *engine_plan_get_totals(const engine_plan *plan);
+/* Rows: the embeddings, the layers in order, then the output head (n_layers + 2). */
+ENGINE_API size_t engine_plan_n_entries(const engine_plan *plan);
+/* Row i, owned by the plan; NULL when i is out of range. */
+ENGINE_API const engine_plan_entry *engine_plan_entry_at(const engine_plan *plan, size_t i);
+/* The quantized alternatives (every format but the one planned); same ownership. */
+ENGINE_API size_t engine_plan_n_options(const engine_plan *plan);
+ENGINE_API const engine_plan_option *engine_plan_option_at(const engine_plan *plan, size_t i);
+/*
+ * The plan in one line: all resident, or how many layers stream and their
+ * speed bound (naming a quantized format that would make it all resident),
+ * or the refusal. Owned by the plan.
+ */
+ENGINE_API const char *engine_plan_summary(const engine_plan *plan);
+
 #ifdef __cplusplus
 }
 #endif

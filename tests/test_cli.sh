@@ -60,6 +60,40 @@ got=$("$TOKENIZE" "$MODEL/tokenizer.json" --text "Once upon a time")
 got=$("$TOKENIZE" "$MODEL" --decode 1,403,407,261,378 --skip-special)
 [ "$got" = "Once upon a time" ] || fail "tokenize --decode: $got"
 
+# --- the offload plan: --dry-run (no device needed), --json, --report -------------
+"$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 >"$T/out" 2>"$T/err" || fail "--dry-run exited $?: $(cat "$T/err")"
+[ ! -s "$T/err" ] || fail "--dry-run wrote to stderr: $(cat "$T/err")"
+[ "$(grep -c '^  layer [0-4] ' "$T/out")" -eq 5 ] || fail "--dry-run: not one row per layer: $(cat "$T/out")"
+grep -q '^  embeddings .*tied' "$T/out" && grep -q '^  output ' "$T/out" || fail "--dry-run: no embeddings/output rows"
+grep -q '^all resident: .* of the 8.00 GiB budget' "$T/out" || fail "--dry-run: no verdict: $(tail -n 1 "$T/out")"
+grep -q 'CUDA context' "$T/out" && grep -q 'decode bound' "$T/out" || fail "--dry-run: totals missing"
+# JSON: one object; a layer of stories260K in f32 is q/k/v 128x64 + o 64x64 + gate/up 344x64 + down 64x172 + 2 norms.
+"$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 --json >"$T/plan.json" 2>"$T/err" || fail "--dry-run --json exited $?"
+[ "$(wc -l <"$T/plan.json")" -eq 1 ] || fail "--dry-run --json is not one line"
+jq -e '.fits == true and (.entries | length) == 7 and .n_ctx == 64 and .n_layers_streamed == 0
+  and ([.entries[] | select(.part == "layer")] | length) == 5
+  and .entries[1].weight_bytes == 181760 and .entries[1].format == "f32" and .entries[1].kv_bytes == 16384
+  and .entries[1].placement == "resident" and .totals.kv_cache == 81920
+  and .totals.device_total + .totals.free == .budget and .budget == 8589934592
+  and .totals.cuda_context == 536870912 and (.options | length) == 5' "$T/plan.json" >/dev/null ||
+  fail "--dry-run --json: $(head -c 600 "$T/plan.json")"
+got=$("$INFER" "$MODEL" --dry-run --vram 8G --quant nf4 --json 2>/dev/null | jq -r '.entries[1].format, .entries[1].weight_bytes < 181760')
+[ "$got" = "$(printf 'nf4\ntrue')" ] || fail "--dry-run --quant nf4: $got"
+# Too small: one line with the minimum, exit 1; --json still prints the plan, marked as not fitting.
+expect_error "--dry-run under the minimum" "needs at least 550.0 MiB .*budget is 540.0 MiB" "$INFER" "$MODEL" --dry-run --vram 540M
+"$INFER" "$MODEL" --dry-run --vram 540M --json >"$T/out" 2>/dev/null && fail "--dry-run under the minimum exited 0"
+jq -e '.fits == false and .totals.minimum == 576716800' "$T/out" >/dev/null || fail "refused --json: $(cat "$T/out")"
+expect_error "--dry-run without --vram" "dry-run needs --vram" "$INFER" "$MODEL" --dry-run
+expect_error "--dry-run with a bad --vram" "vram" "$INFER" "$MODEL" --dry-run --vram 8X
+expect_error "--dry-run with --vram 0" "vram" "$INFER" "$MODEL" --dry-run --vram 0
+expect_error "--dry-run of a missing model" "nonexistent" "$INFER" "$T/nonexistent" --dry-run --vram 8G
+# --report prints the plan on stderr, then generates as usual; under the minimum it stops before loading.
+out=$("$INFER" "$MODEL" --prompt-ids 1,403,407,261,378 -n 30 --json --report --vram 8G --device cpu 2>"$T/err") ||
+  fail "--report exited $?"
+[ "$(tail -n 1 <<<"$out" | jq -c '.generated_ids')" = "$want" ] || fail "--report changed the output"
+grep -q '^all resident' "$T/err" && grep -q '^  layer 4 ' "$T/err" || fail "--report: no plan on stderr: $(cat "$T/err")"
+expect_error "--report under the minimum" "needs at least" "$INFER" "$MODEL" --prompt hi --report --vram 100M
+
 # --- bad input: one line on stderr naming the problem, exit 1 or 2, no signal --
 # expect_error NAME PATTERN CMD...: exit status in 1..2, stderr one line matching PATTERN.
 expect_error() {

@@ -17,6 +17,7 @@
 
 #include "cli_util.h"
 #include "engine.h"
+#include "plan_report.h"
 
 static const char USAGE[] =
     "usage: infer MODEL [options]\n"
@@ -44,8 +45,11 @@ static const char USAGE[] =
     "                        int8, int8-g128, nf4, nf4-dq (double-quantized absmax), fp4\n"
     "  --vram SIZE           most device memory to use, e.g. 8G, 7.5G, 800M\n"
     "                        (default: the device's free memory less 512 MiB)\n"
+    "  --dry-run             print where each layer would live under --vram (resident on the\n"
+    "                        GPU or streamed from host memory) and exit; needs no GPU\n"
+    "  --report              print that plan on stderr before generating\n"
     "output:\n"
-    "  --json                print one JSON object (ids, text, timings) as the last line\n"
+    "  --json                print one JSON object (ids, text, timings; with --dry-run the plan)\n"
     "  -v, --verbose         log what the engine does on stderr\n"
     "  --version, -h/--help\n";
 
@@ -108,6 +112,40 @@ static int bad_arg(const char *opt, const char *val)
     return 2;
 }
 
+/*
+ * Plan path under budget mp->vram_budget for n_ctx tokens (0: the default)
+ * on a copy of the model that is only mapped (no device touched, nothing
+ * quantized: the planner sizes --quant itself), and print it to out as
+ * text or JSON. A refusal prints one line on stderr (and the JSON, which
+ * says fits: false). Returns 0 when the plan fits, 1 otherwise.
+ */
+static int print_plan(const char *path, const engine_model_params *mp, int n_ctx, FILE *out, int json)
+{
+    engine_model_params lp = *mp;
+    lp.device = ENGINE_DEVICE_CPU;
+    lp.quant = ENGINE_QUANT_NONE;
+    lp.vram_budget = 0;
+    char err[512] = "";
+    engine_model *m = NULL;
+    if (engine_model_load(path, &lp, &m, err, sizeof err) != ENGINE_OK)
+        return fail(NULL, err);
+    engine_plan_params pp = engine_plan_default_params();
+    pp.vram_budget = mp->vram_budget;
+    pp.n_ctx = n_ctx;
+    pp.quant = mp->quant;
+    engine_plan *plan = NULL;
+    engine_status st = engine_plan_create(m, &pp, &plan, err, sizeof err);
+    if (plan && json)
+        plan_print_json(out, plan, path);
+    else if (plan && st == ENGINE_OK)
+        plan_print_text(out, plan, path);
+    if (st != ENGINE_OK)
+        fprintf(stderr, "infer: %s: %s\n", path, err);
+    engine_plan_free(plan);
+    engine_model_free(m);
+    return st == ENGINE_OK ? 0 : 1;
+}
+
 static const char *stop_name(engine_stop_reason r)
 {
     switch (r) {
@@ -116,6 +154,32 @@ static const char *stop_name(engine_stop_reason r)
     case ENGINE_STOP_CONTEXT: return "context full";
     default: return "length";
     }
+}
+
+/*
+ * --report without --vram: plan the loaded model for the budget its GPU
+ * session was given (the arena's, plus the CUDA context), on stderr.
+ */
+static void report_loaded(const engine_model *model, const engine_session *sess, const char *path)
+{
+    engine_memory_report mem;
+    engine_model_info info;
+    engine_model_get_info(model, &info);
+    engine_session_memory(sess, &mem);
+    if (info.device != ENGINE_DEVICE_CUDA || !mem.device_budget) {
+        fprintf(stderr, "infer: --report: running on the CPU; give --vram SIZE to plan for a GPU\n");
+        return;
+    }
+    engine_plan_params pp = engine_plan_default_params();
+    pp.vram_budget = mem.device_budget + pp.cuda_context_bytes;
+    pp.n_ctx = engine_session_n_ctx(sess);
+    engine_plan *plan = NULL;
+    char err[512] = "";
+    if (engine_plan_create(model, &pp, &plan, err, sizeof err) == ENGINE_OK)
+        plan_print_text(stderr, plan, path);
+    else
+        fprintf(stderr, "infer: --report: %s\n", err);
+    engine_plan_free(plan);
 }
 
 /* The numeric options: name, range, and the field each sets. */
@@ -184,7 +248,7 @@ int main(int argc, char **argv)
     engine_model_params mp = engine_model_default_params();
     engine_session_params sp = engine_session_default_params();
     engine_generate_params gp = engine_generate_default_params();
-    int json = 0, verbose = 0, seed_given = 0;
+    int json = 0, verbose = 0, seed_given = 0, dry_run = 0, report = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -238,6 +302,10 @@ int main(int argc, char **argv)
                 return bad_arg(a, v);
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--dry-run")) {
+            dry_run = 1;
+        } else if (!strcmp(a, "--report")) {
+            report = 1;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -263,6 +331,15 @@ int main(int argc, char **argv)
         gp.sampling.seed = (uint64_t)time(NULL);
     mp.log = log_to_stderr;
     mp.log_user = &verbose;
+    if (dry_run && !mp.vram_budget) {
+        fprintf(stderr, "infer: --dry-run needs --vram SIZE, the device memory to plan for\n");
+        return 2;
+    }
+    if (dry_run)
+        return print_plan(model_path, &mp, sp.n_ctx, stdout, json);
+    /* With a budget the plan comes first, and a refusal stops before anything is loaded on the device. */
+    if (report && mp.vram_budget && print_plan(model_path, &mp, sp.n_ctx, stderr, 0))
+        return 1;
 
     char err[512] = "";
     engine_model *model = NULL;
@@ -340,6 +417,8 @@ int main(int argc, char **argv)
         rc = fail(NULL, err);
         goto done;
     }
+    if (report && !mp.vram_budget)
+        report_loaded(model, sess, model_path);
     if (n_prompt > (size_t)engine_session_n_ctx(sess)) {
         fprintf(stderr, "infer: the prompt has %zu tokens but the context holds %d (raise --ctx)\n", n_prompt,
                 engine_session_n_ctx(sess));

@@ -1,0 +1,608 @@
+/*
+ * plan.c: the offload planner. From a model's per-layer device sizes (in
+ * the format each matrix would have on the GPU), the KV cache and the
+ * session's buffers for a context length, and the CUDA context's own
+ * overhead, it decides what stays resident under a budget and what is
+ * streamed from host memory, or refuses with the minimum and what would
+ * make it fit. Pure arithmetic: no CUDA call.
+ *
+ * Policy, cheapest loss first (every weight byte of a layer or of the head
+ * is read once per decoded token, so a byte costs the same wherever it is;
+ * only the embedding table is read a row at a time):
+ *   1. everything resident;
+ *   2. the embedding table in host memory (a row per token crosses PCIe);
+ *   3. k = 1..n layers streamed, spread evenly among the resident ones so
+ *      that each upload has resident layers' compute to hide behind,
+ *      through two device buffers of the largest streamed layer (the
+ *      minimum for double buffering: layer i+1 uploads while i computes);
+ *   4. the output head streamed too, in buffer-sized row blocks.
+ * The first of these that fits is the plan, so a smaller budget never
+ * streams less.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../quant/quant.h"
+#include "plan.h"
+
+#define N_OPTIONS 5
+
+struct engine_plan {
+    engine_plan_totals totals;
+    engine_plan_entry *entries; /* [n_entries]: embeddings, layers, output head */
+    size_t n_entries;
+    engine_plan_option options[N_OPTIONS];
+    size_t n_options;
+    char summary[ERR_MSG_MAX];
+};
+
+static uint64_t round_up(uint64_t x, uint64_t to)
+{
+    return (x + to - 1) / to * to;
+}
+
+const char *plan_quant_name(engine_quant q)
+{
+    switch (q) {
+    case ENGINE_QUANT_INT8: return "int8";
+    case ENGINE_QUANT_INT8_G128: return "int8-g128";
+    case ENGINE_QUANT_NF4: return "nf4";
+    case ENGINE_QUANT_NF4_DQ: return "nf4-dq";
+    case ENGINE_QUANT_FP4: return "fp4";
+    default: return "none";
+    }
+}
+
+int plan_default_ctx(const cfg_model *c)
+{
+    return c->max_position < 4096 ? c->max_position : 4096; /* engine_session_create's default */
+}
+
+/* ------------------------------------------------------------ device sizes */
+
+/* A matrix's format on the device: its own when quantized, else q's (as quantize_on_load makes it). */
+typedef struct mat_fmt {
+    k_dtype t;
+    int group; /* K_I8: columns a scale (0: one per row); 4-bit: elements a block */
+} mat_fmt;
+
+static mat_fmt fmt_of(const k_weight *w, engine_quant q)
+{
+    if (k_dtype_is_quant(w->dtype))
+        return (mat_fmt){w->dtype, w->dtype == K_I8 ? w->group : w->block};
+    switch (q) {
+    case ENGINE_QUANT_INT8: return (mat_fmt){K_I8, 0};
+    case ENGINE_QUANT_INT8_G128: return (mat_fmt){K_I8, Q_INT8_GROUP};
+    case ENGINE_QUANT_NF4:
+    case ENGINE_QUANT_NF4_DQ: return (mat_fmt){K_NF4, Q_NF4_BLOCK};
+    case ENGINE_QUANT_FP4: return (mat_fmt){K_FP4, Q_NF4_BLOCK};
+    default: return (mat_fmt){w->dtype, 0};
+    }
+}
+
+/*
+ * put_mat() of cuda/model_cuda.c: parts stacked by rows; dense in wt, or
+ * quantized as data, fp32 scales (a nested absmax is decoded to fp32 on
+ * upload, so nf4-dq takes nf4's device bytes) and a 16-entry code table.
+ */
+static void mat_bytes(uint64_t *off, const k_weight *const *parts, int np, k_dtype wt, engine_quant q,
+                      uint64_t *deq_elems)
+{
+    const mat_fmt f = fmt_of(parts[0], q);
+    uint64_t elems = 0, data = 0, scales = 0;
+    for (int i = 0; i < np; i++) {
+        const uint64_t n = (uint64_t)parts[i]->rows * parts[i]->cols;
+        const mat_fmt g = fmt_of(parts[i], q);
+        elems += n;
+        if (g.t == K_I8) {
+            data += n;
+            scales += (uint64_t)parts[i]->rows * q_int8_n_groups(parts[i]->cols, g.group);
+        } else if (k_dtype_is_quant(g.t)) {
+            data += (n + 1) / 2;
+            scales += (n + (uint64_t)g.group - 1) / (uint64_t)g.group;
+        }
+    }
+    if (!k_dtype_is_quant(f.t)) {
+        carve(NULL, off, elems * k_dtype_size(wt), PLAN_ALIGN);
+        return;
+    }
+    carve(NULL, off, data, PLAN_ALIGN);
+    carve(NULL, off, scales * sizeof(float), PLAN_ALIGN);
+    if (f.t != K_I8)
+        carve(NULL, off, 16 * sizeof(float), PLAN_ALIGN);
+    if (elems > *deq_elems)
+        *deq_elems = elems;
+}
+
+/* PUT of place(): a vector or matrix converted to `type`. */
+static void vec_bytes(uint64_t *off, const k_weight *w, k_dtype type)
+{
+    carve(NULL, off, (uint64_t)w->rows * w->cols * k_dtype_size(type), PLAN_ALIGN);
+}
+
+static const char *format_label(const k_weight *w, engine_quant q, k_dtype wt)
+{
+    if (!k_dtype_is_quant(w->dtype) && q != ENGINE_QUANT_NONE)
+        return plan_quant_name(q);
+    const mat_fmt f = fmt_of(w, ENGINE_QUANT_NONE);
+    switch (f.t) {
+    case K_I8: return f.group > 0 ? "int8-g128" : "int8";
+    case K_NF4: return w->absmax_q ? "nf4-dq" : "nf4";
+    case K_FP4: return "fp4";
+    default: break;
+    }
+    /* Dense matrices take the embeddings' type on the device. */
+    return wt == K_F32 ? "f32" : wt == K_F16 ? "f16" : "bf16";
+}
+
+engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weights *w, err_buf *e)
+{
+    const cfg_model *c = &m->cfg;
+    const k_dtype wt = m->tok_emb.dtype; /* model_cuda.c: cm->wt */
+    memset(w, 0, sizeof *w);
+    w->layer = calloc(c->n_layers > 0 ? (size_t)c->n_layers : 1, sizeof *w->layer);
+    if (!w->layer)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "plan: out of memory for %d layers", c->n_layers);
+    const uint64_t qd = (uint64_t)c->n_heads * c->head_dim, kvd = (uint64_t)c->n_kv_heads * c->head_dim;
+    uint64_t off = 0, start;
+    vec_bytes(&off, &m->tok_emb, wt);
+    w->emb = off;
+    start = off;
+    if (m->lm_head.data != m->tok_emb.data) {
+        const k_weight *head[] = {&m->lm_head};
+        mat_bytes(&off, head, 1, wt, ENGINE_QUANT_NONE, &w->deq_elems); /* --quant keeps lm_head */
+    }
+    vec_bytes(&off, &m->out_norm, K_F32);
+    w->head = off - start;
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_weights *L = &m->layers[l];
+        start = off;
+        const k_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *o[] = {&L->wo}, *gu[] = {&L->w_gate, &L->w_up},
+                       *down[] = {&L->w_down};
+        mat_bytes(&off, qkv, 3, wt, q, &w->deq_elems);
+        mat_bytes(&off, o, 1, wt, q, &w->deq_elems);
+        mat_bytes(&off, gu, 2, wt, q, &w->deq_elems);
+        mat_bytes(&off, down, 1, wt, q, &w->deq_elems);
+        vec_bytes(&off, &L->attn_norm, K_F32);
+        vec_bytes(&off, &L->ffn_norm, K_F32);
+        if (L->q_norm.data) {
+            vec_bytes(&off, &L->q_norm, K_F32);
+            vec_bytes(&off, &L->k_norm, K_F32);
+        }
+        /* Biases: q/k/v and gate/up stacked (missing parts zero-filled), o and down alone. */
+        if (L->bq.data || L->bk.data || L->bv.data)
+            carve(NULL, &off, (qd + 2 * kvd) * sizeof(float), PLAN_ALIGN);
+        if (L->bo.data)
+            vec_bytes(&off, &L->bo, K_F32);
+        if (L->b_gate.data || L->b_up.data)
+            carve(NULL, &off, 2 * (uint64_t)c->ffn_dim * sizeof(float), PLAN_ALIGN);
+        if (L->b_down.data)
+            vec_bytes(&off, &L->b_down, K_F32);
+        w->layer[l] = off - start;
+    }
+    w->total = off;
+    w->format = c->n_layers > 0 ? format_label(&m->layers[0].wq, q, wt) : format_label(&m->tok_emb, q, wt);
+    return ENGINE_OK;
+}
+
+void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_elems, uint64_t *kv,
+                        uint64_t *act)
+{
+    const uint64_t ctx = (uint64_t)n_ctx, nb = n_ctx < PLAN_CUDA_BATCH ? ctx : PLAN_CUDA_BATCH;
+    const uint64_t ws = k_dtype_size(wt), qd = (uint64_t)c->n_heads * c->head_dim,
+                   kvd = (uint64_t)c->n_kv_heads * c->head_dim, half = (uint64_t)c->head_dim / 2;
+    uint64_t widest = (uint64_t)c->dim;
+    if (qd > widest)
+        widest = qd;
+    if ((uint64_t)c->ffn_dim > widest)
+        widest = (uint64_t)c->ffn_dim;
+    uint64_t off = 0;
+    carve(NULL, &off, nb * c->dim * sizeof(float), PLAN_ALIGN);          /* x        */
+    carve(NULL, &off, nb * widest * ws, PLAN_ALIGN);                     /* act      */
+    carve(NULL, &off, nb * (qd + 2 * kvd) * sizeof(float), PLAN_ALIGN);  /* qkv      */
+    carve(NULL, &off, nb * qd * sizeof(float), PLAN_ALIGN);              /* q        */
+    carve(NULL, &off, qd * sizeof(float), PLAN_ALIGN);                   /* att      */
+    carve(NULL, &off, nb * 2 * c->ffn_dim * sizeof(float), PLAN_ALIGN);  /* gu       */
+    carve(NULL, &off, (uint64_t)c->vocab_size * sizeof(float), PLAN_ALIGN); /* logits */
+    carve(NULL, &off, ctx * half * sizeof(float), PLAN_ALIGN);           /* rope_cos */
+    carve(NULL, &off, ctx * half * sizeof(float), PLAN_ALIGN);           /* rope_sin */
+    carve(NULL, &off, PLAN_ARGMAX_SCRATCH, PLAN_ALIGN);
+    carve(NULL, &off, deq_elems * ws, PLAN_ALIGN);                       /* deq      */
+    carve(NULL, &off, nb * sizeof(int32_t), PLAN_ALIGN);                 /* ids      */
+    carve(NULL, &off, PLAN_CAND_MAX * sizeof(int32_t), PLAN_ALIGN);
+    carve(NULL, &off, PLAN_CAND_MAX * sizeof(float), PLAN_ALIGN);
+    carve(NULL, &off, PLAN_STEP_INTS * sizeof(int32_t), PLAN_ALIGN);
+    *act = off;
+    /* fp16 K and V for 16-bit models, fp32 for fp32 ones (cuda_session_create). */
+    *kv = 2 * (uint64_t)c->n_layers * ctx * kvd * (wt == K_F32 ? 4 : 2);
+}
+
+/* ---------------------------------------------------------------- decision */
+
+typedef struct plan_in {
+    int n_layers;
+    const uint64_t *layer; /* [n_layers] */
+    bool tied;
+    uint64_t emb;          /* the embedding table when untied, else 0 (the head holds it) */
+    uint64_t head;         /* lm_head (or the tied table) and out_norm                    */
+    uint64_t emb_row;      /* one token's embedding row                                   */
+    uint64_t kv, act;      /* act: the activation region and the workspace, separately rounded */
+    uint64_t context, budget;
+    double hbm, pcie;      /* bytes per second */
+} plan_in;
+
+typedef struct plan_state {
+    int k;              /* layers streamed                */
+    bool emb_host;      /* embedding rows from the host   */
+    bool head_streamed;
+    /* what follows is computed */
+    uint64_t resident, streamed, slots, device_total, read, moved;
+    double tps;
+    bool fits;
+} plan_state;
+
+/* Layer i of n is streamed when k are: spread evenly (Bresenham). */
+static bool is_streamed(int i, int k, int n)
+{
+    return (int64_t)(i + 1) * k / n > (int64_t)i * k / n;
+}
+
+static void evaluate(const plan_in *in, plan_state *s)
+{
+    uint64_t slot = 0;
+    s->resident = s->streamed = s->read = s->moved = 0;
+    for (int i = 0; i < in->n_layers; i++) {
+        if (s->k > 0 && is_streamed(i, s->k, in->n_layers)) {
+            s->streamed += in->layer[i];
+            if (in->layer[i] > slot)
+                slot = in->layer[i];
+        } else {
+            s->resident += in->layer[i];
+        }
+    }
+    s->read = s->resident;
+    s->moved = s->streamed;
+    if (s->emb_host) {
+        s->streamed += in->emb;
+        s->moved += in->emb_row;
+    } else {
+        s->resident += in->emb;
+    }
+    if (s->head_streamed) {
+        s->streamed += in->head;
+        s->moved += in->head;
+        if (slot == 0) /* no layers: the head streams through buffers of its own size */
+            slot = in->head;
+    } else {
+        s->resident += in->head;
+        s->read += in->head;
+    }
+    s->slots = s->k > 0 || s->head_streamed ? 2 * slot : 0;
+    const uint64_t g = PLAN_GRANULARITY;
+    const uint64_t mapped = round_up(s->resident, g) + round_up(s->slots, g) + round_up(in->kv, g) + in->act;
+    s->device_total = in->context + mapped;
+    /* arena_create rounds its budget down to the granularity. */
+    const uint64_t arena = in->budget > in->context ? (in->budget - in->context) / g * g : 0;
+    s->fits = mapped <= arena;
+    const double t = s->read / in->hbm + s->moved / in->pcie;
+    s->tps = t > 0 ? 1.0 / t : 0.0;
+}
+
+/* Evaluate the states in order; *chosen is the first that fits (or the last), *first and *last the extremes. */
+static void decide(const plan_in *in, plan_state *chosen, plan_state *first, plan_state *last)
+{
+    plan_state s = {0};
+    evaluate(in, &s);
+    *first = s;
+    *chosen = s;
+    bool found = s.fits;
+    for (int step = 0;; step++) {
+        if (step == 0) {
+            if (in->tied || in->emb == 0)
+                continue;
+            s.emb_host = true;
+        } else if (s.k < in->n_layers) {
+            s.k++;
+            s.emb_host = !in->tied && in->emb > 0;
+        } else if (!s.head_streamed) {
+            s.head_streamed = true;
+            s.emb_host = true; /* tied: the table is the streamed head, so rows come from the host */
+        } else {
+            break;
+        }
+        evaluate(in, &s);
+        if (!found && s.fits) {
+            *chosen = s;
+            found = true;
+        }
+    }
+    *last = s;
+    if (!found)
+        *chosen = s;
+}
+
+static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, const engine_plan_params *p, int n_ctx)
+{
+    const cfg_model *c = &m->cfg;
+    const k_dtype wt = m->tok_emb.dtype;
+    memset(in, 0, sizeof *in);
+    in->n_layers = c->n_layers;
+    in->layer = w->layer;
+    in->tied = m->lm_head.data == m->tok_emb.data;
+    in->emb = in->tied ? 0 : w->emb;
+    in->head = in->tied ? w->head + w->emb : w->head;
+    in->emb_row = (uint64_t)c->dim * k_dtype_size(wt);
+    uint64_t act;
+    plan_session_bytes(c, wt, n_ctx, w->deq_elems, &in->kv, &act);
+    in->act = round_up(act, PLAN_GRANULARITY) + round_up(PLAN_WORKSPACE, PLAN_GRANULARITY);
+    in->context = p->cuda_context_bytes;
+    in->budget = p->vram_budget;
+    in->hbm = p->hbm_gbps * 1e9;
+    in->pcie = p->pcie_gbps * 1e9;
+}
+
+/* ------------------------------------------------------------- public API */
+
+engine_plan_params engine_plan_default_params(void)
+{
+    engine_plan_params p;
+    memset(&p, 0, sizeof p);
+    p.cuda_context_bytes = ENGINE_PLAN_CUDA_CONTEXT_BYTES;
+    p.hbm_gbps = ENGINE_PLAN_HBM_GBPS;
+    p.pcie_gbps = ENGINE_PLAN_PCIE_GBPS;
+    return p;
+}
+
+/* "1.50 GiB", "12.0 MiB", "512 KiB" or "100 B" into buf. */
+static const char *human(char *buf, size_t n, uint64_t b)
+{
+    if (b >= (uint64_t)1 << 30)
+        snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+    else if (b >= (uint64_t)1 << 20)
+        snprintf(buf, n, "%.1f MiB", b / 1048576.0);
+    else if (b >= 1024)
+        snprintf(buf, n, "%.1f KiB", b / 1024.0);
+    else
+        snprintf(buf, n, "%llu B", (unsigned long long)b);
+    return buf;
+}
+
+#define H(i, v) human(hb[i], sizeof hb[i], (v))
+
+/* The quantized format to suggest: the least lossy one that passes `resident` (or just fits). */
+static const engine_plan_option *suggest(const engine_plan *p, bool resident)
+{
+    static const engine_quant ORDER[] = {ENGINE_QUANT_INT8, ENGINE_QUANT_NF4};
+    for (size_t k = 0; k < sizeof ORDER / sizeof ORDER[0]; k++)
+        for (size_t i = 0; i < p->n_options; i++) {
+            const engine_plan_option *o = &p->options[i];
+            if (o->quant == ORDER[k] && (resident ? o->fits_resident : o->fits))
+                return o;
+        }
+    return NULL;
+}
+
+static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slot_each)
+{
+    const engine_plan_totals *t = &p->totals;
+    char hb[8][32];
+    char *s = p->summary;
+    const size_t n = sizeof p->summary;
+    if (!t->fits) {
+        int len = snprintf(s, n,
+                           "needs at least %s of device memory (2 layers in flight %s each, KV cache %s at --ctx %d, "
+                           "activations and scratch %s, CUDA context %s) but the budget is %s",
+                           H(0, t->minimum), H(1, slot_each), H(2, t->kv_cache), t->n_ctx, H(3, t->activations),
+                           H(4, t->cuda_context), H(5, t->budget));
+        const engine_plan_option *o = suggest(p, false);
+        if (len > 0 && (size_t)len < n && t->max_ctx_that_fits > 0)
+            len += snprintf(s + len, n - (size_t)len, "; it fits with --ctx %d", t->max_ctx_that_fits);
+        if (len > 0 && (size_t)len < n && o)
+            len += snprintf(s + len, n - (size_t)len, "%s--quant %s (at least %s)",
+                            t->max_ctx_that_fits > 0 ? " or with " : "; it fits with ", o->name, H(6, o->minimum));
+        const engine_plan_option *nf4 = NULL;
+        for (size_t i = 0; i < p->n_options; i++)
+            if (p->options[i].quant == ENGINE_QUANT_NF4)
+                nf4 = &p->options[i];
+        if (len > 0 && (size_t)len < n && !o && t->max_ctx_that_fits == 0)
+            len += snprintf(s + len, n - (size_t)len, "; no shorter context or quantized format makes it fit");
+        if (len > 0 && (size_t)len < n && !o && nf4)
+            snprintf(s + len, n - (size_t)len, " (--quant nf4 needs at least %s)", H(7, nf4->minimum));
+        return;
+    }
+    if (chosen->k == 0 && !chosen->emb_host && !chosen->head_streamed) {
+        snprintf(s, n, "all resident: %s of the %s budget, %s free; decode bound %.1f tok/s", H(0, t->device_total),
+                 H(1, t->budget), H(2, t->free_bytes), t->tokens_per_second);
+        return;
+    }
+    int len = snprintf(s, n, "streams %d of %d layers%s%s: %s per token over PCIe, decode bound %.1f tok/s "
+                             "(all resident: %.1f tok/s in %s)",
+                       t->n_layers_streamed, t->n_layers, chosen->head_streamed ? " and the output head" : "",
+                       chosen->emb_host ? ", embeddings on the host" : "", H(0, t->streamed_per_token),
+                       t->tokens_per_second, t->resident_tokens_per_second, H(1, t->all_resident));
+    const engine_plan_option *o = suggest(p, true);
+    if (o && len > 0 && (size_t)len < n)
+        snprintf(s + len, n - (size_t)len, "; --quant %s would keep it all resident (%s, decode bound %.1f tok/s)",
+                 o->name, H(2, o->all_resident), o->tokens_per_second);
+}
+
+static bool bad_rate(double v)
+{
+    return !(v > 0.0) || !isfinite(v);
+}
+
+engine_status engine_plan_create(const engine_model *m, const engine_plan_params *params, engine_plan **out,
+                                 char *err, size_t err_size)
+{
+    err_buf e;
+    err_clear(&e);
+    if (out)
+        *out = NULL;
+    engine_plan_params p = params ? *params : engine_plan_default_params();
+    if (p.cuda_context_bytes == 0)
+        p.cuda_context_bytes = ENGINE_PLAN_CUDA_CONTEXT_BYTES;
+    if (p.hbm_gbps == 0.0)
+        p.hbm_gbps = ENGINE_PLAN_HBM_GBPS;
+    if (p.pcie_gbps == 0.0)
+        p.pcie_gbps = ENGINE_PLAN_PCIE_GBPS;
+    const char *bad = !m || !out                                          ? "model and out must not be NULL"
+                      : p.vram_budget == 0                                ? "vram_budget must be above 0"
+                      : p.n_ctx < 0                                       ? "n_ctx must not be negative"
+                      : (int)p.quant < 0 || (int)p.quant > ENGINE_QUANT_FP4 ? "unknown quantization"
+                      : bad_rate(p.hbm_gbps) || bad_rate(p.pcie_gbps)     ? "bandwidths must be positive"
+                                                                          : NULL;
+    if (bad) {
+        err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_plan_create: %s", bad);
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_INVALID_ARG;
+    }
+    const cfg_model *c = &m->cfg;
+    const int n_ctx = p.n_ctx > 0 ? p.n_ctx : plan_default_ctx(c);
+    if (n_ctx <= 0) {
+        err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_plan_create: context length %d is not positive", n_ctx);
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_INVALID_ARG;
+    }
+    engine_plan *plan = calloc(1, sizeof *plan);
+    plan_weights w = {0};
+    engine_status st = plan ? plan_weights_of(m, p.quant, &w, &e)
+                            : err_set(&e, ENGINE_ERR_OUT_OF_MEMORY, "plan: out of memory");
+    if (!st) {
+        plan->n_entries = (size_t)c->n_layers + 2;
+        plan->entries = calloc(plan->n_entries, sizeof *plan->entries);
+        if (!plan->entries)
+            st = err_set(&e, ENGINE_ERR_OUT_OF_MEMORY, "plan: out of memory");
+    }
+    if (st) {
+        if (plan)
+            free(w.layer);
+        engine_plan_free(plan);
+        err_copy_out(&e, err, err_size);
+        return st;
+    }
+
+    plan_in in;
+    plan_state chosen, first, last;
+    fill_in(&in, m, &w, &p, n_ctx);
+    decide(&in, &chosen, &first, &last);
+
+    engine_plan_totals *t = &plan->totals;
+    t->budget = p.vram_budget;
+    t->n_ctx = n_ctx;
+    t->fits = chosen.fits;
+    t->n_layers = c->n_layers;
+    t->n_layers_streamed = chosen.k;
+    t->weights_resident = chosen.resident;
+    t->weights_streamed = chosen.streamed;
+    t->stream_buffers = chosen.slots;
+    t->kv_cache = in.kv;
+    t->activations = in.act;
+    t->cuda_context = in.context;
+    t->device_total = chosen.device_total;
+    t->free_bytes = chosen.fits && chosen.device_total < p.vram_budget ? p.vram_budget - chosen.device_total : 0;
+    t->minimum = last.device_total;
+    t->all_resident = first.device_total;
+    t->read_per_token = chosen.read;
+    t->streamed_per_token = chosen.moved;
+    t->tokens_per_second = chosen.fits ? chosen.tps : 0.0;
+    t->resident_tokens_per_second = first.tps;
+    t->hbm_gbps = p.hbm_gbps;
+    t->pcie_gbps = p.pcie_gbps;
+
+    /* Rows: the embeddings, the layers, the output head. */
+    const uint64_t kv_layer = c->n_layers > 0 ? in.kv / (uint64_t)c->n_layers : 0;
+    engine_plan_entry *r = plan->entries;
+    const char *dense = format_label(&m->tok_emb, ENGINE_QUANT_NONE, m->tok_emb.dtype);
+    r[0] = (engine_plan_entry){ENGINE_PLAN_EMBEDDINGS, -1, in.tied ? "tied" : dense, in.emb,
+                               chosen.emb_host ? ENGINE_PLACE_STREAMED : ENGINE_PLACE_RESIDENT, 0,
+                               chosen.emb_host ? in.emb_row : 0};
+    for (int l = 0; l < c->n_layers; l++) {
+        const bool str = chosen.k > 0 && is_streamed(l, chosen.k, c->n_layers);
+        r[1 + l] = (engine_plan_entry){ENGINE_PLAN_LAYER, l, w.format, w.layer[l],
+                                       str ? ENGINE_PLACE_STREAMED : ENGINE_PLACE_RESIDENT, kv_layer,
+                                       str ? w.layer[l] : 0};
+    }
+    const k_weight *head_w = in.tied ? &m->tok_emb : &m->lm_head;
+    r[1 + c->n_layers] = (engine_plan_entry){ENGINE_PLAN_OUTPUT, -1, format_label(head_w, ENGINE_QUANT_NONE,
+                                                                                  m->tok_emb.dtype),
+                                             in.head, chosen.head_streamed ? ENGINE_PLACE_STREAMED
+                                                                           : ENGINE_PLACE_RESIDENT,
+                                             0, chosen.head_streamed ? in.head : 0};
+    uint64_t slot_each = last.slots / 2;
+
+    /* When refused: the longest context whose minimum fits (the minimum grows with n_ctx). */
+    if (!t->fits) {
+        int lo = 0, hi = n_ctx - 1;
+        while (lo < hi) {
+            const int mid = lo + (hi - lo + 1) / 2;
+            plan_in in2;
+            plan_state a, b, z;
+            fill_in(&in2, m, &w, &p, mid);
+            decide(&in2, &a, &b, &z);
+            if (a.fits)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        t->max_ctx_that_fits = lo;
+    }
+    free(w.layer);
+
+    /* The other formats, each planned the same way. */
+    for (int q = ENGINE_QUANT_INT8; q <= ENGINE_QUANT_FP4 && !st; q++) {
+        if (q == (int)p.quant)
+            continue;
+        plan_weights wq;
+        if ((st = plan_weights_of(m, (engine_quant)q, &wq, &e)))
+            break;
+        plan_in inq;
+        plan_state a, b, z;
+        fill_in(&inq, m, &wq, &p, n_ctx);
+        decide(&inq, &a, &b, &z);
+        engine_plan_option *o = &plan->options[plan->n_options++];
+        *o = (engine_plan_option){(engine_quant)q, plan_quant_name((engine_quant)q), wq.total, z.device_total,
+                                  b.device_total, a.fits, b.fits, a.fits ? a.tps : 0.0};
+        free(wq.layer);
+    }
+    if (st) {
+        engine_plan_free(plan);
+        err_copy_out(&e, err, err_size);
+        return st;
+    }
+    write_summary(plan, &chosen, slot_each);
+    *out = plan;
+    if (!t->fits) {
+        err_set(&e, ENGINE_ERR_OVER_BUDGET, "%s", plan->summary);
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_OVER_BUDGET;
+    }
+    return ENGINE_OK;
+}
+
+void engine_plan_free(engine_plan *plan)
+{
+    if (!plan)
+        return;
+    free(plan->entries);
+    free(plan);
+}
+
+/* Accessors: NULL plans and rows out of range give NULL, 0 or "". */
+const engine_plan_totals *engine_plan_get_totals(const engine_plan *p) { return p ? &p->totals : NULL; }
+size_t engine_plan_n_entries(const engine_plan *p) { return p ? p->n_entries : 0; }
+size_t engine_plan_n_options(const engine_plan *p) { return p ? p->n_options : 0; }
+const char *engine_plan_summary(const engine_plan *p) { return p ? p->summary : ""; }
+
+const engine_plan_entry *engine_plan_entry_at(const engine_plan *p, size_t i)
+{
+    return p && i < p->n_entries ? &p->entries[i] : NULL;
+}
+
+const engine_plan_option *engine_plan_option_at(const engine_plan *p, size_t i)
+{
+    return p && i < p->n_options ? &p->options[i] : NULL;
+}

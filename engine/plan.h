@@ -1,0 +1,55 @@
+/*
+ * plan.h: the offload planner's internals (the public side is the
+ * engine_plan_* section of engine.h). Pure arithmetic on a model's shapes
+ * and formats: no CUDA call, so it builds and is tested everywhere.
+ *
+ * The device sizes here repeat the CUDA backend's layouts; each constant
+ * names its source, and test_plan_cuda compares the planner's figures with
+ * what a CUDA session actually allocates, so a change on either side that
+ * is not mirrored fails there.
+ */
+#ifndef ENGINE_PLAN_H
+#define ENGINE_PLAN_H
+
+#include "model.h"
+
+#define PLAN_ALIGN 256                        /* ALIGN of model_cuda.c and session_cuda.c       */
+#define PLAN_WORKSPACE ((uint64_t)32 << 20)   /* WORKSPACE_BYTES of session_cuda.c (cuBLASLt)   */
+#define PLAN_CUDA_BATCH 512                   /* CUDA_BATCH_MAX of session.c                    */
+#define PLAN_ARGMAX_SCRATCH 1024              /* launch_argmax_scratch(): 128 blocks x 8 bytes  */
+#define PLAN_CAND_MAX 4096                    /* CAND_MAX of cuda/state.h                       */
+#define PLAN_STEP_INTS 4                      /* STEP_INTS of cuda/state.h                      */
+#define PLAN_GRANULARITY ((uint64_t)2 << 20)  /* arena regions map in 2 MiB units (HARDWARE.md) */
+
+/* Device bytes of a model's weights as the CUDA backend lays them out. */
+typedef struct plan_weights {
+    uint64_t emb;        /* tok_emb                                          */
+    uint64_t head;       /* lm_head (0 when tied) and out_norm               */
+    uint64_t *layer;     /* [n_layers] each layer's matrices, norms, biases  */
+    uint64_t total;      /* the weights region: every carve, padding included */
+    uint64_t deq_elems;  /* the largest quantized matrix (prefill scratch)   */
+    const char *format;  /* the layers' format label                         */
+} plan_weights;
+
+/*
+ * Fill w for m with its dense matrices quantized as q would make them
+ * (ENGINE_QUANT_NONE: as loaded); w->layer is malloc'd [n_layers] (free
+ * it). Mirrors place() and put_mat() of cuda/model_cuda.c.
+ */
+engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weights *w, err_buf *e);
+
+/*
+ * The KV cache and activation bytes a CUDA session of n_ctx tokens
+ * allocates (the activation region without the workspace); mirrors
+ * cuda_session_create() and layout() of cuda/session_cuda.c.
+ */
+void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_elems, uint64_t *kv,
+                        uint64_t *act);
+
+/* The context length engine_session_create chooses when given n_ctx 0. */
+int plan_default_ctx(const cfg_model *c);
+
+/* "int8", "nf4", ... for a quantization; "none" for ENGINE_QUANT_NONE. Static storage. */
+const char *plan_quant_name(engine_quant q);
+
+#endif

@@ -1,0 +1,424 @@
+/*
+ * test_plan.c: the offload planner on synthetic shapes (Llama 3.2 1B and
+ * 3.1 8B, a tiny one) and on the bundled stories260K, from generous to
+ * impossible budgets: device sizes against formulas written out here,
+ * all resident when it fits, the number of streamed layers against an
+ * independent count, refusal below the minimum with the minimum and the
+ * suggestions in the message, the quantized-format suggestion, and
+ * monotonic behaviour as the budget shrinks. No device is touched.
+ */
+#include <math.h>
+
+#include "engine/model.h"
+#include "engine/plan.h"
+#include "test_util.h"
+
+#define MiB ((uint64_t)1 << 20)
+#define GiB ((uint64_t)1 << 30)
+
+static char data_a[1], data_b[1]; /* distinct addresses: tied means lm_head.data == tok_emb.data */
+
+typedef struct shape {
+    int dim, n_layers, n_heads, n_kv, head_dim, ffn, vocab, max_pos;
+    bool tied;
+    k_dtype dt;
+} shape;
+
+static const shape LLAMA_1B = {2048, 16, 32, 8, 64, 8192, 128256, 131072, true, K_BF16};
+static const shape LLAMA_8B = {4096, 32, 32, 8, 128, 14336, 128256, 131072, false, K_BF16};
+static const shape TINY = {64, 5, 8, 4, 8, 172, 512, 512, false, K_F32};
+static const shape SMALL = {512, 8, 8, 8, 64, 2048, 32000, 2048, false, K_F32}; /* 16 MiB layers */
+
+static k_weight W(k_dtype t, int rows, int cols)
+{
+    return (k_weight){data_a, t, rows, cols};
+}
+
+/* An engine_model with s's config and weight views pointing at nothing readable (the planner reads shapes only). */
+static engine_model *synth(const shape *s)
+{
+    engine_model *m = calloc(1, sizeof *m);
+    m->layers = calloc((size_t)s->n_layers, sizeof *m->layers);
+    cfg_model *c = &m->cfg;
+    c->dim = s->dim, c->n_layers = s->n_layers, c->n_heads = s->n_heads, c->n_kv_heads = s->n_kv;
+    c->head_dim = s->head_dim, c->ffn_dim = s->ffn, c->vocab_size = s->vocab, c->max_position = s->max_pos;
+    const int qd = s->n_heads * s->head_dim, kvd = s->n_kv * s->head_dim;
+    m->tok_emb = W(s->dt, s->vocab, s->dim);
+    m->lm_head = m->tok_emb;
+    if (!s->tied)
+        m->lm_head.data = data_b;
+    m->out_norm = W(s->dt, 1, s->dim);
+    for (int l = 0; l < s->n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        L->attn_norm = W(s->dt, 1, s->dim), L->ffn_norm = W(s->dt, 1, s->dim);
+        L->wq = W(s->dt, qd, s->dim), L->wk = W(s->dt, kvd, s->dim), L->wv = W(s->dt, kvd, s->dim);
+        L->wo = W(s->dt, s->dim, qd);
+        L->w_gate = W(s->dt, s->ffn, s->dim), L->w_up = W(s->dt, s->ffn, s->dim), L->w_down = W(s->dt, s->dim, s->ffn);
+    }
+    return m;
+}
+
+static void synth_free(engine_model *m)
+{
+    free(m->layers);
+    free(m);
+}
+
+static uint64_t ru(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+
+/* One stacked matrix of n elements in `rows` rows on the device, written out from docs/FORMATS.md and put_mat. */
+static uint64_t dev_mat(engine_quant q, k_dtype dense, uint64_t rows, uint64_t cols)
+{
+    const uint64_t n = rows * cols;
+    switch (q) {
+    case ENGINE_QUANT_INT8: return ru(n, 256) + ru(rows * 4, 256);
+    case ENGINE_QUANT_NF4: return ru(n / 2, 256) + ru(n / 64 * 4, 256) + 256;
+    default: return n * k_dtype_size(dense);
+    }
+}
+
+/* A Llama layer (no biases) in format q: q/k/v and gate/up stacked, two fp32 norms. */
+static uint64_t layer_bytes(const shape *s, engine_quant q)
+{
+    const uint64_t qd = (uint64_t)s->n_heads * s->head_dim, kvd = (uint64_t)s->n_kv * s->head_dim;
+    return dev_mat(q, s->dt, qd + 2 * kvd, s->dim) + dev_mat(q, s->dt, s->dim, qd) +
+           dev_mat(q, s->dt, 2 * (uint64_t)s->ffn, s->dim) + dev_mat(q, s->dt, s->dim, s->ffn) +
+           2 * ru((uint64_t)s->dim * 4, 256);
+}
+
+static engine_plan *plan_of(const engine_model *m, uint64_t budget, int n_ctx, engine_quant q, engine_status *st,
+                            char *err, size_t err_size)
+{
+    engine_plan_params p = engine_plan_default_params();
+    p.vram_budget = budget;
+    p.n_ctx = n_ctx;
+    p.quant = q;
+    engine_plan *plan = NULL;
+    *st = engine_plan_create(m, &p, &plan, err, err_size);
+    return plan;
+}
+
+static int count_streamed_layers(const engine_plan *p)
+{
+    int k = 0;
+    for (size_t i = 0; i < engine_plan_n_entries(p); i++) {
+        const engine_plan_entry *r = engine_plan_entry_at(p, i);
+        k += r->part == ENGINE_PLAN_LAYER && r->placement == ENGINE_PLACE_STREAMED;
+    }
+    return k;
+}
+
+static void test_sizes_8b(void)
+{
+    engine_model *m = synth(&LLAMA_8B);
+    char err[512];
+    engine_status st;
+    engine_plan *p = plan_of(m, 80 * GiB, 0, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK_MSG(st == ENGINE_OK && p, "%s", err);
+    const engine_plan_totals *t = engine_plan_get_totals(p);
+    CHECK(t->n_ctx == 4096 && t->n_layers == 32 && engine_plan_n_entries(p) == 34);
+    const uint64_t L = layer_bytes(&LLAMA_8B, ENGINE_QUANT_NONE), emb = 128256ull * 4096 * 2;
+    CHECK_MSG(L == 436240384ull, "layer formula %llu", (unsigned long long)L);
+    const engine_plan_entry *e0 = engine_plan_entry_at(p, 0), *out = engine_plan_entry_at(p, 33);
+    CHECK(e0->part == ENGINE_PLAN_EMBEDDINGS && e0->weight_bytes == emb && !strcmp(e0->format, "bf16"));
+    CHECK(out->part == ENGINE_PLAN_OUTPUT && out->weight_bytes == emb + 4096 * 4);
+    for (int l = 0; l < 32; l++) {
+        const engine_plan_entry *r = engine_plan_entry_at(p, 1 + (size_t)l);
+        CHECK(r->part == ENGINE_PLAN_LAYER && r->layer == l && r->weight_bytes == L && !strcmp(r->format, "bf16"));
+        CHECK(r->placement == ENGINE_PLACE_RESIDENT && r->bytes_per_token == 0);
+        CHECK(r->kv_bytes == 2ull * 4096 * 1024 * 2); /* fp16 K and V of 8 heads x 128 */
+    }
+    CHECK(t->kv_cache == 32ull * 2 * 4096 * 1024 * 2);
+    CHECK(t->fits && t->n_layers_streamed == 0 && t->stream_buffers == 0 && t->streamed_per_token == 0);
+    const uint64_t weights = 32 * L + 2 * emb + 4096 * 4;
+    CHECK(t->weights_resident == weights && t->read_per_token == 32 * L + emb + 4096 * 4);
+    CHECK(t->activations >= PLAN_WORKSPACE && t->activations % PLAN_GRANULARITY == 0);
+    CHECK(t->device_total == t->cuda_context + ru(weights, 2 * MiB) + ru(t->kv_cache, 2 * MiB) + t->activations);
+    CHECK(t->free_bytes == t->budget - t->device_total && t->all_resident == t->device_total);
+    const double want = 3000e9 / (double)t->read_per_token;
+    CHECK_MSG(fabs(t->tokens_per_second - want) < 1e-6 * want, "bound %.3f want %.3f", t->tokens_per_second, want);
+    CHECK(!strncmp(engine_plan_summary(p), "all resident", 12));
+    engine_plan_free(p);
+
+    /* The same at nf4 and int8, written out from the formats. */
+    const engine_quant qs[] = {ENGINE_QUANT_NF4, ENGINE_QUANT_INT8};
+    for (int i = 0; i < 2; i++) {
+        p = plan_of(m, 80 * GiB, 1024, qs[i], &st, err, sizeof err);
+        CHECK_MSG(st == ENGINE_OK, "%s", err);
+        const engine_plan_entry *r = engine_plan_entry_at(p, 5);
+        const uint64_t want_l = layer_bytes(&LLAMA_8B, qs[i]);
+        CHECK_MSG(r->weight_bytes == want_l, "%s layer %llu want %llu", plan_quant_name(qs[i]),
+                  (unsigned long long)r->weight_bytes, (unsigned long long)want_l);
+        CHECK(!strcmp(r->format, plan_quant_name(qs[i])));
+        /* Embeddings and the head stay bf16 under --quant. */
+        CHECK(engine_plan_entry_at(p, 0)->weight_bytes == emb && !strcmp(engine_plan_entry_at(p, 33)->format, "bf16"));
+        CHECK(engine_plan_get_totals(p)->kv_cache == 32ull * 2 * 1024 * 1024 * 2);
+        engine_plan_free(p);
+    }
+    synth_free(m);
+}
+
+/*
+ * At 8 GiB the 8B bf16 model streams: the count is checked against a
+ * count made here from the totals (embeddings on the host, the head
+ * resident, two buffers of a layer).
+ */
+static void test_streaming_8b(void)
+{
+    engine_model *m = synth(&LLAMA_8B);
+    char err[512];
+    engine_status st;
+    engine_plan *p = plan_of(m, 8 * GiB, 4096, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK_MSG(st == ENGINE_OK && p, "%s", err);
+    const engine_plan_totals *t = engine_plan_get_totals(p);
+    const uint64_t L = layer_bytes(&LLAMA_8B, ENGINE_QUANT_NONE), head = 128256ull * 4096 * 2 + 4096 * 4;
+    const uint64_t arena = (8 * GiB - t->cuda_context) / (2 * MiB) * (2 * MiB);
+    const uint64_t room = arena - ru(t->kv_cache, 2 * MiB) - t->activations;
+    int want = -1;
+    for (int k = 3; k <= 32 && want < 0; k++)
+        if (ru((32 - (uint64_t)k) * L + head, 2 * MiB) + ru(2 * L, 2 * MiB) <= room)
+            want = k;
+    CHECK_MSG(t->fits && t->n_layers_streamed == want, "streamed %d want %d", t->n_layers_streamed, want);
+    CHECK(count_streamed_layers(p) == want && want > 0);
+    const engine_plan_entry *e0 = engine_plan_entry_at(p, 0), *out = engine_plan_entry_at(p, 33);
+    CHECK(e0->placement == ENGINE_PLACE_STREAMED && e0->bytes_per_token == 4096 * 2);
+    CHECK(out->placement == ENGINE_PLACE_RESIDENT);
+    CHECK(t->stream_buffers == 2 * L && t->streamed_per_token == (uint64_t)want * L + 4096 * 2);
+    CHECK(t->weights_streamed == (uint64_t)want * L + e0->weight_bytes);
+    CHECK(t->device_total <= t->budget && t->free_bytes == t->budget - t->device_total);
+    /* Streamed layers are spread: no two adjacent while fewer than half stream. */
+    if (want <= 16)
+        for (int l = 1; l < 32; l++)
+            CHECK(!(engine_plan_entry_at(p, (size_t)l)->placement == ENGINE_PLACE_STREAMED &&
+                    engine_plan_entry_at(p, (size_t)l + 1)->placement == ENGINE_PLACE_STREAMED));
+    const double bound = 1.0 / (t->read_per_token / 3000e9 + t->streamed_per_token / 54.7e9);
+    CHECK_MSG(fabs(t->tokens_per_second - bound) < 1e-6 * bound, "%.4f vs %.4f", t->tokens_per_second, bound);
+    CHECK(t->tokens_per_second < t->resident_tokens_per_second);
+    /* nf4 keeps 8B resident in 8 GiB and int8 does not: the summary names nf4. */
+    const engine_plan_option *nf4 = NULL, *int8 = NULL;
+    for (size_t i = 0; i < engine_plan_n_options(p); i++) {
+        const engine_plan_option *o = engine_plan_option_at(p, i);
+        if (o->quant == ENGINE_QUANT_NF4)
+            nf4 = o;
+        if (o->quant == ENGINE_QUANT_INT8)
+            int8 = o;
+    }
+    CHECK(engine_plan_n_options(p) == 5 && nf4 && int8);
+    if (nf4 && int8) {
+        CHECK(nf4->fits_resident && !int8->fits_resident && int8->fits);
+        CHECK(nf4->tokens_per_second > t->tokens_per_second && nf4->all_resident <= 8 * GiB);
+        CHECK_MSG(strstr(engine_plan_summary(p), "--quant nf4 would keep it all resident") != NULL, "%s",
+                  engine_plan_summary(p));
+    }
+    CHECK_MSG(strstr(engine_plan_summary(p), "streams ") == engine_plan_summary(p), "%s", engine_plan_summary(p));
+    engine_plan_free(p);
+
+    /* A faster link raises the bound of the same placement. */
+    engine_plan_params pp = engine_plan_default_params();
+    pp.vram_budget = 8 * GiB, pp.n_ctx = 4096, pp.pcie_gbps = 109.4;
+    CHECK(engine_plan_create(m, &pp, &p, err, sizeof err) == ENGINE_OK);
+    CHECK(engine_plan_get_totals(p)->n_layers_streamed == want &&
+          engine_plan_get_totals(p)->tokens_per_second > bound * 1.5);
+    engine_plan_free(p);
+    synth_free(m);
+}
+
+/* Shrinking budgets: never less streamed, never faster, refusal only at the end, budget never exceeded. */
+static void test_monotonic(const shape *s, uint64_t top, uint64_t step, int n_ctx)
+{
+    engine_model *m = synth(s);
+    char err[512];
+    int last_k = -1, last_fits = 1, n_refused = 0, n_streaming = 0;
+    double last_tps = INFINITY;
+    uint64_t minimum = 0;
+    for (uint64_t b = top; b >= step; b -= step) {
+        engine_status st;
+        engine_plan *p = plan_of(m, b, n_ctx, ENGINE_QUANT_NONE, &st, err, sizeof err);
+        CHECK(p != NULL);
+        if (!p)
+            break;
+        const engine_plan_totals *t = engine_plan_get_totals(p);
+        CHECK(t->fits == (st == ENGINE_OK));
+        CHECK_MSG(t->fits <= last_fits, "budget %llu fits after a smaller one did not", (unsigned long long)b);
+        if (minimum)
+            CHECK(t->minimum == minimum); /* the minimum does not depend on the budget */
+        minimum = t->minimum;
+        if (t->fits) {
+            CHECK_MSG(t->n_layers_streamed >= last_k, "budget %llu streams %d after %d", (unsigned long long)b,
+                      t->n_layers_streamed, last_k);
+            CHECK(t->tokens_per_second <= last_tps * (1 + 1e-12));
+            CHECK(t->device_total <= b && t->device_total + t->free_bytes == b);
+            CHECK(count_streamed_layers(p) == t->n_layers_streamed);
+            last_k = t->n_layers_streamed;
+            last_tps = t->tokens_per_second;
+            n_streaming += t->n_layers_streamed > 0;
+        } else {
+            n_refused++;
+            CHECK(b < t->minimum && strstr(err, "needs at least"));
+        }
+        last_fits = t->fits;
+        engine_plan_free(p);
+    }
+    CHECK_MSG(n_refused > 0 && n_streaming > 0 && last_k == s->n_layers, "refused %d streaming %d last k %d",
+              n_refused, n_streaming, last_k);
+    synth_free(m);
+}
+
+/* The minimum and all-resident figures are exact thresholds. */
+static void test_thresholds(const shape *s, int n_ctx)
+{
+    engine_model *m = synth(s);
+    char err[512];
+    engine_status st;
+    engine_plan *p = plan_of(m, 1 * MiB, n_ctx, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK(st == ENGINE_ERR_OVER_BUDGET && p);
+    const uint64_t minimum = engine_plan_get_totals(p)->minimum, all = engine_plan_get_totals(p)->all_resident;
+    engine_plan_free(p);
+    CHECK(minimum < all);
+
+    p = plan_of(m, minimum, n_ctx, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK_MSG(st == ENGINE_OK, "%s", err);
+    const engine_plan_totals *t = engine_plan_get_totals(p);
+    CHECK(t->n_layers_streamed == s->n_layers && t->free_bytes == 0);
+    CHECK(engine_plan_entry_at(p, engine_plan_n_entries(p) - 1)->placement == ENGINE_PLACE_STREAMED);
+    CHECK(engine_plan_entry_at(p, 0)->placement == ENGINE_PLACE_STREAMED);
+    if (s->tied)
+        CHECK(!strcmp(engine_plan_entry_at(p, 0)->format, "tied") && engine_plan_entry_at(p, 0)->weight_bytes == 0);
+    engine_plan_free(p);
+    p = plan_of(m, minimum - 1, n_ctx, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK(st == ENGINE_ERR_OVER_BUDGET);
+    engine_plan_free(p);
+
+    p = plan_of(m, all, n_ctx, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK(st == ENGINE_OK && engine_plan_get_totals(p)->n_layers_streamed == 0 &&
+          engine_plan_entry_at(p, 0)->placement == ENGINE_PLACE_RESIDENT);
+    engine_plan_free(p);
+    p = plan_of(m, all - 1, n_ctx, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK(st == ENGINE_OK);
+    t = engine_plan_get_totals(p);
+    /* One unit short: the embeddings go to the host first (untied), or layers stream (tied). */
+    CHECK(s->tied ? t->n_layers_streamed > 0 : engine_plan_entry_at(p, 0)->placement == ENGINE_PLACE_STREAMED);
+    engine_plan_free(p);
+    synth_free(m);
+}
+
+static void test_refusal(void)
+{
+    engine_model *m = synth(&LLAMA_8B);
+    char err[512], want[64];
+    engine_status st;
+    engine_plan *p = plan_of(m, (uint64_t)(3.25 * GiB), 16384, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK(st == ENGINE_ERR_OVER_BUDGET && p);
+    const engine_plan_totals *t = engine_plan_get_totals(p);
+    CHECK(!t->fits && t->tokens_per_second == 0 && t->free_bytes == 0 && t->minimum > 3.25 * GiB);
+    snprintf(want, sizeof want, "needs at least %.2f GiB", t->minimum / (double)GiB);
+    CHECK_MSG(strstr(err, want) != NULL, "'%s' lacks '%s'", err, want);
+    CHECK_MSG(strstr(err, "--ctx 16384") && strstr(err, "3.25 GiB"), "%s", err);
+    /* The suggested context fits and one more token does not. */
+    const int ctx = t->max_ctx_that_fits;
+    snprintf(want, sizeof want, "fits with --ctx %d", ctx);
+    CHECK_MSG(ctx > 0 && ctx < 16384 && strstr(err, want), "max ctx %d: %s", ctx, err);
+    engine_plan *q = plan_of(m, (uint64_t)(3.25 * GiB), ctx, ENGINE_QUANT_NONE, &st, NULL, 0);
+    CHECK(st == ENGINE_OK);
+    engine_plan_free(q);
+    q = plan_of(m, (uint64_t)(3.25 * GiB), ctx + 1, ENGINE_QUANT_NONE, &st, NULL, 0);
+    CHECK(st == ENGINE_ERR_OVER_BUDGET);
+    engine_plan_free(q);
+    /* A quantized format that fits at this context is named, with its minimum, and does fit. */
+    CHECK_MSG(strstr(err, "--quant ") != NULL, "%s", err);
+    const char *name = strstr(err, "--quant ") ? strstr(err, "--quant ") + 8 : "";
+    engine_quant qq = !strncmp(name, "int8", 4) ? ENGINE_QUANT_INT8 : ENGINE_QUANT_NF4;
+    q = plan_of(m, (uint64_t)(3.25 * GiB), 16384, qq, &st, NULL, 0);
+    CHECK(st == ENGINE_OK);
+    engine_plan_free(q);
+    engine_plan_free(p);
+
+    /* Below the CUDA context: nothing can fit. */
+    p = plan_of(m, 256 * MiB, 0, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK(st == ENGINE_ERR_OVER_BUDGET && p && engine_plan_get_totals(p)->max_ctx_that_fits == 0);
+    CHECK_MSG(strstr(err, "no shorter context or quantized format makes it fit") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "(--quant nf4 needs at least ") != NULL, "%s", err);
+    engine_plan_free(p);
+    synth_free(m);
+}
+
+static void test_bad_args(void)
+{
+    engine_model *m = synth(&TINY);
+    engine_plan_params p = engine_plan_default_params();
+    engine_plan *plan = (engine_plan *)&p; /* must come back NULL */
+    char err[256];
+    CHECK(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_ERR_INVALID_ARG && !plan);
+    CHECK(strstr(err, "vram_budget") != NULL);
+    p.vram_budget = GiB;
+    CHECK(engine_plan_create(NULL, &p, &plan, err, sizeof err) == ENGINE_ERR_INVALID_ARG && !plan);
+    CHECK(engine_plan_create(m, &p, NULL, err, sizeof err) == ENGINE_ERR_INVALID_ARG);
+    p.n_ctx = -1;
+    CHECK(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_ERR_INVALID_ARG && strstr(err, "n_ctx"));
+    p.n_ctx = 0, p.quant = (engine_quant)99;
+    CHECK(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_ERR_INVALID_ARG && strstr(err, "quant"));
+    p.quant = ENGINE_QUANT_NONE, p.pcie_gbps = -1;
+    CHECK(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_ERR_INVALID_ARG && strstr(err, "bandwidth"));
+    p.pcie_gbps = NAN;
+    CHECK(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_ERR_INVALID_ARG);
+    /* NULL plans are harmless everywhere. */
+    engine_plan_free(NULL);
+    CHECK(!engine_plan_get_totals(NULL) && engine_plan_n_entries(NULL) == 0 && !engine_plan_entry_at(NULL, 0));
+    CHECK(engine_plan_n_options(NULL) == 0 && !engine_plan_option_at(NULL, 0) && !strcmp(engine_plan_summary(NULL), ""));
+    /* Defaults and out-of-range rows. */
+    p = engine_plan_default_params();
+    CHECK(p.cuda_context_bytes == 512 * MiB && p.hbm_gbps == 3000.0 && p.pcie_gbps == 54.7 && p.vram_budget == 0);
+    p.vram_budget = GiB;
+    CHECK(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_OK);
+    CHECK(engine_plan_n_entries(plan) == 7 && !engine_plan_entry_at(plan, 7) && !engine_plan_option_at(plan, 5));
+    CHECK(engine_plan_get_totals(plan)->n_ctx == 512);
+    engine_plan_free(plan);
+    synth_free(m);
+}
+
+/* The bundled model, loaded on the CPU (mapped only): sizes written out from its shapes. */
+static void test_stories(void)
+{
+    char path[512], err[512];
+    engine_model_params mp = engine_model_default_params();
+    mp.device = ENGINE_DEVICE_CPU;
+    engine_model *m = NULL;
+    if (engine_model_load(test_src_path(path, sizeof path, "models/stories260K"), &mp, &m, err, sizeof err)) {
+        CHECK_MSG(0, "%s", err);
+        return;
+    }
+    engine_plan_params p = engine_plan_default_params();
+    p.vram_budget = 8 * GiB;
+    p.n_ctx = 100;
+    engine_plan *plan = NULL;
+    CHECK_MSG(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_OK, "%s", err);
+    engine_model_free(m); /* the plan outlives the model */
+    CHECK(engine_plan_n_entries(plan) == 7);
+    /* f32: q/k/v 128x64, o 64x64, gate/up 344x64, down 64x172, two norms of 64. */
+    const uint64_t L = 128 * 64 * 4 + 64 * 64 * 4 + 344 * 64 * 4 + 64 * 172 * 4 + 2 * 256;
+    for (int l = 0; l < 5; l++) {
+        const engine_plan_entry *r = engine_plan_entry_at(plan, 1 + (size_t)l);
+        CHECK_MSG(r->weight_bytes == L, "layer %d: %llu", l, (unsigned long long)r->weight_bytes);
+        CHECK(r->kv_bytes == 2 * 100 * 32 * 4 && !strcmp(r->format, "f32"));
+    }
+    CHECK(!strcmp(engine_plan_entry_at(plan, 0)->format, "tied") && engine_plan_entry_at(plan, 0)->weight_bytes == 0);
+    CHECK(engine_plan_entry_at(plan, 6)->weight_bytes == 512 * 64 * 4 + 64 * 4);
+    CHECK(engine_plan_get_totals(plan)->fits && engine_plan_get_totals(plan)->n_layers_streamed == 0);
+    engine_plan_free(plan);
+}
+
+int main(void)
+{
+    test_sizes_8b();
+    test_streaming_8b();
+    test_monotonic(&LLAMA_8B, 20 * GiB, 64 * MiB, 4096);
+    test_monotonic(&LLAMA_1B, 4 * GiB, 16 * MiB, 8192);
+    test_monotonic(&SMALL, 1 * GiB, 2 * MiB, 2048);
+    test_thresholds(&LLAMA_8B, 4096);
+    test_thresholds(&LLAMA_1B, 2048);
+    test_thresholds(&SMALL, 64);
+    test_refusal();
+    test_bad_args();
+    test_stories();
+    return test_finish("test_plan");
+}

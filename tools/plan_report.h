@@ -1,0 +1,131 @@
+/*
+ * plan_report.h: the offload plan as infer prints it (--dry-run, --report):
+ * one row per part (embeddings, each layer, output head), the totals
+ * against the budget and the speed bounds, as text or as one JSON object.
+ * Only include/engine.h is used.
+ */
+#ifndef ENGINE_PLAN_REPORT_H
+#define ENGINE_PLAN_REPORT_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_util.h"
+#include "engine.h"
+
+static inline const char *report_bytes(char *buf, size_t n, uint64_t b)
+{
+    if (b >= (uint64_t)1 << 30)
+        snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+    else if (b >= (uint64_t)1 << 20)
+        snprintf(buf, n, "%.1f MiB", b / 1048576.0);
+    else if (b >= 1024)
+        snprintf(buf, n, "%.1f KiB", b / 1024.0);
+    else
+        snprintf(buf, n, "%llu B", (unsigned long long)b);
+    return buf;
+}
+
+static inline const char *report_part(const engine_plan_entry *r, char *buf, size_t n)
+{
+    if (r->part == ENGINE_PLAN_LAYER)
+        snprintf(buf, n, "layer %d", r->layer);
+    else
+        snprintf(buf, n, "%s", r->part == ENGINE_PLAN_EMBEDDINGS ? "embeddings" : "output");
+    return buf;
+}
+
+static inline const char *report_place(engine_placement p)
+{
+    return p == ENGINE_PLACE_STREAMED ? "streamed" : "resident";
+}
+
+static inline void plan_print_text(FILE *f, const engine_plan *plan, const char *model)
+{
+    const engine_plan_totals *t = engine_plan_get_totals(plan);
+    char a[32], b[32], c[32], d[32];
+    fprintf(f, "plan for %s: %d layers, context %d tokens, budget %s\n", model, t->n_layers, t->n_ctx,
+            report_bytes(a, sizeof a, t->budget));
+    fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s\n", "part", "format", "weights", "placement", "KV cache",
+            "moved/token");
+    for (size_t i = 0; i < engine_plan_n_entries(plan); i++) {
+        const engine_plan_entry *r = engine_plan_entry_at(plan, i);
+        fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s\n", report_part(r, a, sizeof a), r->format,
+                report_bytes(b, sizeof b, r->weight_bytes), report_place(r->placement),
+                r->part == ENGINE_PLAN_LAYER ? report_bytes(c, sizeof c, r->kv_bytes) : "-",
+                report_bytes(d, sizeof d, r->bytes_per_token));
+    }
+    fprintf(f, "  weights resident   %12s\n", report_bytes(a, sizeof a, t->weights_resident));
+    fprintf(f, "  stream buffers     %12s  (streamed weights in host memory: %s)\n",
+            report_bytes(a, sizeof a, t->stream_buffers), report_bytes(b, sizeof b, t->weights_streamed));
+    fprintf(f, "  KV cache           %12s\n", report_bytes(a, sizeof a, t->kv_cache));
+    fprintf(f, "  activations        %12s  (buffers, scratch, cuBLASLt workspace)\n",
+            report_bytes(a, sizeof a, t->activations));
+    fprintf(f, "  CUDA context       %12s\n", report_bytes(a, sizeof a, t->cuda_context));
+    fprintf(f, "  total              %12s  of %s (2 MiB allocation units), %s free\n",
+            report_bytes(a, sizeof a, t->device_total), report_bytes(b, sizeof b, t->budget),
+            report_bytes(c, sizeof c, t->free_bytes));
+    fprintf(f, "  minimum %s (everything streamed), all resident %s\n", report_bytes(a, sizeof a, t->minimum),
+            report_bytes(b, sizeof b, t->all_resident));
+    fprintf(f, "  per token: %s streamed, %s read on the device; decode bound %.1f tok/s at %.1f GB/s PCIe, "
+               "%.0f GB/s HBM (all resident: %.1f tok/s)\n",
+            report_bytes(a, sizeof a, t->streamed_per_token), report_bytes(b, sizeof b, t->read_per_token),
+            t->tokens_per_second, t->pcie_gbps, t->hbm_gbps, t->resident_tokens_per_second);
+    for (size_t i = 0; i < engine_plan_n_options(plan); i++) {
+        const engine_plan_option *o = engine_plan_option_at(plan, i);
+        fprintf(f, "  --quant %-9s weights %10s, all resident %10s%s, minimum %10s%s", o->name,
+                report_bytes(a, sizeof a, o->weight_bytes), report_bytes(b, sizeof b, o->all_resident),
+                o->fits_resident ? " (fits)" : "", report_bytes(c, sizeof c, o->minimum),
+                o->fits ? "" : " (over the budget)");
+        if (o->fits)
+            fprintf(f, ", decode bound %.1f tok/s", o->tokens_per_second);
+        fputc('\n', f);
+    }
+    fprintf(f, "%s\n", engine_plan_summary(plan));
+}
+
+static inline void plan_print_json(FILE *f, const engine_plan *plan, const char *model)
+{
+    const engine_plan_totals *t = engine_plan_get_totals(plan);
+    fprintf(f, "{\"model\":");
+    cli_json_string(f, model, strlen(model));
+    fprintf(f, ",\"fits\":%s,\"budget\":%llu,\"n_ctx\":%d,\"n_layers\":%d,\"n_layers_streamed\":%d,\"entries\":[",
+            t->fits ? "true" : "false", (unsigned long long)t->budget, t->n_ctx, t->n_layers, t->n_layers_streamed);
+    for (size_t i = 0; i < engine_plan_n_entries(plan); i++) {
+        const engine_plan_entry *r = engine_plan_entry_at(plan, i);
+        static const char *const PARTS[] = {"embeddings", "layer", "output"};
+        fprintf(f,
+                "%s{\"part\":\"%s\",\"layer\":%d,\"format\":\"%s\",\"weight_bytes\":%llu,\"placement\":\"%s\","
+                "\"kv_bytes\":%llu,\"bytes_per_token\":%llu}",
+                i ? "," : "", PARTS[r->part], r->layer, r->format, (unsigned long long)r->weight_bytes,
+                report_place(r->placement), (unsigned long long)r->kv_bytes, (unsigned long long)r->bytes_per_token);
+    }
+    fprintf(f,
+            "],\"totals\":{\"weights_resident\":%llu,\"weights_streamed\":%llu,\"stream_buffers\":%llu,"
+            "\"kv_cache\":%llu,\"activations\":%llu,\"cuda_context\":%llu,\"device_total\":%llu,\"free\":%llu,"
+            "\"minimum\":%llu,\"all_resident\":%llu,\"read_per_token\":%llu,\"streamed_per_token\":%llu,"
+            "\"tokens_per_second\":%.3f,\"resident_tokens_per_second\":%.3f,\"max_ctx_that_fits\":%d,"
+            "\"hbm_gbps\":%.1f,\"pcie_gbps\":%.1f},\"options\":[",
+            (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
+            (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
+            (unsigned long long)t->activations, (unsigned long long)t->cuda_context,
+            (unsigned long long)t->device_total, (unsigned long long)t->free_bytes, (unsigned long long)t->minimum,
+            (unsigned long long)t->all_resident, (unsigned long long)t->read_per_token,
+            (unsigned long long)t->streamed_per_token, t->tokens_per_second, t->resident_tokens_per_second,
+            t->max_ctx_that_fits, t->hbm_gbps, t->pcie_gbps);
+    for (size_t i = 0; i < engine_plan_n_options(plan); i++) {
+        const engine_plan_option *o = engine_plan_option_at(plan, i);
+        fprintf(f,
+                "%s{\"quant\":\"%s\",\"weight_bytes\":%llu,\"minimum\":%llu,\"all_resident\":%llu,\"fits\":%s,"
+                "\"fits_resident\":%s,\"tokens_per_second\":%.3f}",
+                i ? "," : "", o->name, (unsigned long long)o->weight_bytes, (unsigned long long)o->minimum,
+                (unsigned long long)o->all_resident, o->fits ? "true" : "false", o->fits_resident ? "true" : "false",
+                o->tokens_per_second);
+    }
+    const char *s = engine_plan_summary(plan);
+    fprintf(f, "],\"summary\":");
+    cli_json_string(f, s, strlen(s));
+    fprintf(f, "}\n");
+}
+
+#endif
