@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# run.sh: build the libFuzzer targets with clang (ASan + UBSan, any report
+# fatal) and run each for a bounded time from its committed seed corpus.
+# Exits non-zero when a target crashes, leaks, hangs or trips a sanitizer;
+# the input that did it is left in $FUZZ_OUT/crash-* (or leak-*, timeout-*).
+#
+#   FUZZ_SECONDS  time per target (default 60)
+#   FUZZ_BUILD    build folder (default build-fuzz)
+#   FUZZ_OUT      where new corpus entries and crashing inputs go (default $FUZZ_BUILD/out)
+#   FUZZ_TARGETS  which targets (default all four)
+#   FUZZ_JOBS     build parallelism (default nproc)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+SECONDS_EACH=${FUZZ_SECONDS:-60}
+BUILD=${FUZZ_BUILD:-build-fuzz}
+OUT=${FUZZ_OUT:-$BUILD/out}
+TARGETS=${FUZZ_TARGETS:-fuzz_safetensors fuzz_config fuzz_tokenizer_load fuzz_tokenize}
+
+cmake -S . -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGINE_CUDA=OFF \
+  -DENGINE_WERROR=ON -DENGINE_FUZZ=ON -DENGINE_SANITIZE=address,undefined >/dev/null
+cmake --build "$BUILD" -j "${FUZZ_JOBS:-$(nproc)}" --target $TARGETS >/dev/null
+
+# One OpenMP thread: the fuzzed code is single-threaded, and a thread pool
+# per process only slows every run.
+export OMP_NUM_THREADS=1
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+failed=""
+for t in $TARGETS; do
+  mkdir -p "$OUT/$t/corpus"
+  # Mutations splice in the format's words: JSON syntax plus the target's keys.
+  cat tests/fuzz/dict/json.dict "tests/fuzz/dict/$t.dict" >"$OUT/$t.dict"
+  # New inputs go to the scratch corpus (first folder); the committed seeds are only read.
+  if "$BUILD/tests/fuzz/$t" -dict="$OUT/$t.dict" -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
+       -artifact_prefix="$OUT/$t/" "$OUT/$t/corpus" "tests/fuzz/corpus/$t" >"$OUT/$t.log" 2>&1; then
+    echo "fuzz: $t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$OUT/$t.log" | grep -o '[0-9]*$') runs in ${SECONDS_EACH}s, no findings"
+  else
+    echo "fuzz: $t FAILED; the report ends:" >&2
+    grep -v '^#' "$OUT/$t.log" | tail -n 40 >&2
+    failed="$failed $t"
+  fi
+done
+if [ -n "$failed" ]; then
+  echo "fuzz: failures in:$failed (inputs in $OUT)" >&2
+  exit 1
+fi
