@@ -199,6 +199,9 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
             snprintf(msg, sizeof msg, "%s", e.msg);
             err_set(&e, st, "%s: %s", path, msg);
         }
+        /* The upload read every weight from the mapping. */
+        if (!st)
+            st = st_check(m->weights, &e);
     }
 #endif
     if (st) {
