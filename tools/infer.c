@@ -356,6 +356,8 @@ int main(int argc, char **argv)
         free(ptext);
     }
 
+    /* Kept until exit: a second Ctrl-C (or one sent to the whole process
+     * group as well as to infer) must not kill the summary either. */
     signal(SIGINT, on_sigint);
     gp.on_token = on_token;
     gp.user = &out;
@@ -363,7 +365,6 @@ int main(int argc, char **argv)
     engine_generate_stats stats;
     engine_status st = engine_generate(sess, prompt_ids, n_prompt, &gp, gen_ids, (size_t)gp.n_predict + 1, &n_gen,
                                        &stats);
-    signal(SIGINT, SIG_DFL);
     if (st != ENGINE_OK) {
         if (!json)
             fputc('\n', stdout);
