@@ -27,6 +27,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(m.dim > 0 && m.n_layers > 0 && m.n_heads > 0 && m.n_kv_heads > 0 && m.head_dim > 0);
         FUZZ_ASSERT(m.ffn_dim > 0 && m.vocab_size > 0 && m.max_position > 0);
         FUZZ_ASSERT(m.n_heads % m.n_kv_heads == 0);
+        /* arch.c and session.c form these products in int. */
+        FUZZ_ASSERT((int64_t)m.n_heads * m.head_dim <= INT32_MAX);
+        FUZZ_ASSERT((int64_t)m.n_kv_heads * m.head_dim <= INT32_MAX);
+        FUZZ_ASSERT(m.head_dim % 2 == 0); /* RoPE rotates halves */
         FUZZ_ASSERT(m.n_eos >= 0 && m.n_eos <= CFG_MAX_EOS);
         FUZZ_ASSERT(memchr(m.architecture, 0, sizeof m.architecture) && memchr(m.model_type, 0, sizeof m.model_type));
         FUZZ_ASSERT(memchr(m.hidden_act, 0, sizeof m.hidden_act) && memchr(m.torch_dtype, 0, sizeof m.torch_dtype));
