@@ -279,8 +279,9 @@ static void test_bad_model(void)
                  "hidden_size 64 is not divisible by num_attention_heads 3");
     expect_model(config_with("\"num_key_value_heads\": 3", NULL), ENGINE_ERR_FORMAT,
                  "num_attention_heads 4 is not divisible by num_key_value_heads 3");
-    /* Found by fuzz_config: an odd head_dim (derived or explicit), and a
-     * head count times head_dim past 32 bits, both reached the engine. */
+    /* An odd head_dim (which model.c used to refuse after the parse, so
+     * fuzz_config saw it pass), and a head count times head_dim past 32
+     * bits, which reached arch.c's int products. */
     expect_model("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 6.0, \"num_hidden_layers\": 1,"
                  " \"num_attention_heads\": 2, \"intermediate_size\": 15, \"vocab_size\": 10}",
                  ENGINE_ERR_FORMAT, "head_dim 3 is odd");
