@@ -2,8 +2,8 @@
  * test_faults.c: the engine under faults it does not cause: a weights file
  * truncated after it was loaded (between calls, and in the middle of reading
  * it, in the main thread and in OpenMP workers), SIGBUS faults that are not
- * the engine's going to whoever handled them before, and a prompt longer
- * than the context. Every case must end in an error status with a message,
+ * the engine's going to whoever handled them before, a prompt longer than
+ * the context, and weights that make every logit NaN. Every case must end in an error status with a message,
  * never in a signal.
  */
 #define _GNU_SOURCE
@@ -16,6 +16,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <jansson.h>
+#include <math.h>
 
 #include "engine.h"
 #include "loaders/safetensors.h"
@@ -195,6 +198,73 @@ static void child_chain(int own_handler)
     foreign_sigbus();
 }
 
+static int count_calls(int32_t id, const char *text, size_t len, void *user)
+{
+    (void)text;
+    (void)len;
+    if (id < 0)
+        ++*(int *)user; /* only a flush may pass -1, and no text is pending here */
+    return 0;
+}
+
+/* Weights holding NaN (found by fuzz_model): sampling from all-NaN logits
+ * read before the sampler's buffer; now generation stops with an error. */
+static void nan_weights(void)
+{
+    char src[1024], dir[1200], path[1300], err[512];
+    snprintf(dir, sizeof dir, "%s/nan", tmp_dir);
+    CHECK(mkdir(dir, 0700) == 0);
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (size_t i = 0; i < 2; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/stories260K/%s", files[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        CHECK(copy_file(test_src_path(src, sizeof src, rel), path) == 0);
+    }
+    /* model.norm.weight := NaN, so that every logit is NaN. */
+    size_t n = 0;
+    char *bytes = test_read_file(path, &n);
+    uint64_t hl = 0;
+    for (int i = 7; bytes && i >= 0; i--)
+        hl = hl << 8 | (unsigned char)bytes[i];
+    json_t *h = bytes ? json_loadb(bytes + 8, (size_t)hl, 0, NULL) : NULL;
+    const json_t *off = json_object_get(json_object_get(h, "model.norm.weight"), "data_offsets");
+    const uint64_t begin = (uint64_t)json_integer_value(json_array_get(off, 0));
+    const uint64_t end = (uint64_t)json_integer_value(json_array_get(off, 1));
+    CHECK(h && end > begin && 8 + hl + end <= n);
+    const float qnan = NAN;
+    for (uint64_t at = 8 + hl + begin; h && at + 4 <= 8 + hl + end; at += 4)
+        memcpy(bytes + at, &qnan, 4);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(bytes, 1, n, f) == n && fclose(f) == 0);
+    json_decref(h);
+    free(bytes);
+
+    engine_model_params mp = engine_model_default_params();
+    mp.device = ENGINE_DEVICE_CPU;
+    engine_model *m = NULL;
+    engine_session *s = NULL;
+    if (engine_model_load(dir, &mp, &m, err, sizeof err) || engine_session_create(m, NULL, &s, err, sizeof err)) {
+        CHECK_MSG(0, "%s", err);
+        engine_model_free(m);
+        return;
+    }
+    const int32_t prompt[] = {1, 403, 407};
+    engine_generate_params gp = engine_generate_default_params();
+    gp.n_predict = 8;
+    gp.sampling.temperature = 0.8f;
+    int minus_one = 0;
+    gp.on_token = count_calls;
+    gp.user = &minus_one;
+    int32_t out[8];
+    size_t n_gen = 99;
+    CHECK(engine_generate(s, prompt, 3, &gp, out, 8, &n_gen, NULL) == ENGINE_ERR_FORMAT);
+    CHECK(n_gen == 0 && minus_one == 0);
+    CHECK_MSG(strstr(engine_session_last_error(s), "NaN") != NULL, "%s", engine_session_last_error(s));
+    engine_session_free(s);
+    engine_model_free(m);
+}
+
 static void prompt_longer_than_context(void)
 {
     char path[1024], err[512];
@@ -239,6 +309,7 @@ int main(void)
     truncated_while_reading(4);
     truncated_between_calls();
     prompt_longer_than_context();
+    nan_weights();
 
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
