@@ -25,6 +25,13 @@ static void write_file(const char *path, const uint8_t *p, size_t n)
     }
 }
 
+static void remove_dir(void)
+{
+    unlink(cfg_path);
+    unlink(st_path);
+    rmdir(dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     snprintf(dir, sizeof dir, "%s/fuzz_model_XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
@@ -34,6 +41,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
     snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    atexit(remove_dir);
     return 0;
 }
 
@@ -71,7 +79,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         gp.sampling.seed = 1;
         size_t n = 0;
         int32_t out[2];
-        FUZZ_ASSERT(engine_generate(s, ids, 1, &gp, out, 2, &n, NULL) == ENGINE_OK);
+        const engine_status st = engine_generate(s, ids, 1, &gp, out, 2, &n, NULL);
+        /* Weights may well make every logit NaN: that is the one refusal. */
+        if (st != ENGINE_OK)
+            fprintf(stderr, "engine_generate: %s: %s\n", engine_status_str(st), engine_session_last_error(s));
+        FUZZ_ASSERT(st == ENGINE_OK || (st == ENGINE_ERR_FORMAT && strstr(engine_session_last_error(s), "NaN")));
         for (size_t i = 0; i < n; i++)
             FUZZ_ASSERT(out[i] >= 0 && out[i] < info.vocab_size);
         engine_session_free(s);
