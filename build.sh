@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # build.sh: set up, build and run on a fresh Debian 12 machine.
 #   ./build.sh demo   install what is missing, build, generate text with the bundled model
-#   ./build.sh test   install what is missing, build, run the whole test suite (what CI runs)
+#   ./build.sh test   install what is missing, build, run the whole test suite (what CI runs):
+#                     the tests, then again built with clang ASan+UBSan, then the fuzzers
+#                     for FUZZ_SECONDS each (default 60)
 #   ./build.sh build  install what is missing and build only
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES="build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev xz-utils jq"
+PACKAGES="build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev xz-utils jq
+  clang libclang-rt-dev libomp-dev valgrind"
 BUILD_DIR=${BUILD_DIR:-build}
+SANITIZE_DIR=${SANITIZE_DIR:-build-sanitize}
 
 install_missing() {
   local missing=""
@@ -28,6 +32,16 @@ build() {
   cmake --build "$BUILD_DIR" -j "$(nproc)"
 }
 
+# The whole suite built with clang, AddressSanitizer (LeakSanitizer included)
+# and UndefinedBehaviorSanitizer, any report fatal; CPU only.
+sanitized_tests() {
+  cmake -S . -B "$SANITIZE_DIR" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGINE_CUDA=OFF \
+    -DENGINE_WERROR=ON -DENGINE_SANITIZE=address,undefined >/dev/null
+  cmake --build "$SANITIZE_DIR" -j "$(nproc)"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$SANITIZE_DIR" --output-on-failure -j "$(nproc)" -LE gpu
+}
+
 case "${1:-}" in
   demo)
     build
@@ -36,6 +50,8 @@ case "${1:-}" in
   test)
     build
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" -LE gpu
+    sanitized_tests
+    FUZZ_JOBS=$(nproc) tests/fuzz/run.sh
     ;;
   build)
     build

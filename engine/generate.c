@@ -124,6 +124,12 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
                                    : engine_sampler_sample(smp, logits, m->cfg.vocab_size, s->tokens, (size_t)s->n_past);
         if (st != ENGINE_OK)
             break;
+        if (id < 0) { /* the sampler found no logit that is a number */
+            st = err_set(&s->err, ENGINE_ERR_FORMAT,
+                         "every logit is NaN after %d tokens: the weights hold NaN or the activations overflowed",
+                         s->n_past);
+            break;
+        }
         if (out_ids && gs.n_generated < cap)
             out_ids[gs.n_generated] = id;
         gs.n_generated++;

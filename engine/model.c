@@ -179,9 +179,6 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
     if (!m->arch)
         return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)", file,
                        m->cfg.architecture, arch_supported_list());
-    if (m->cfg.head_dim % 2 != 0)
-        return err_set(e, ENGINE_ERR_FORMAT, "%s: head_dim %d is odd; rotary embedding needs it even", file,
-                       m->cfg.head_dim);
     snprintf(file, sizeof file, "%s/generation_config.json", dir);
     if ((st = cfg_load_generation(file, &m->gen, e)))
         return st;
@@ -262,6 +259,9 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
             snprintf(msg, sizeof msg, "%s", e.msg);
             err_set(&e, st, "%s: %s", path, msg);
         }
+        /* The upload read every weight from the mapping. */
+        if (!st)
+            st = st_check(m->weights, &e);
     }
 #endif
     if (st) {

@@ -165,9 +165,11 @@ int32_t engine_sampler_sample(engine_sampler *s, const float *logits, int n_voca
 
     /* Tokens more than 50 nats below the best have probability below
      * 2e-22 of it: no filter can keep them and no draw can reach them, so
-     * only the rest is sorted (a few hundred of a 128K vocabulary, typically). */
-    float best = lg[0];
-    for (int i = 1; i < n_vocab; i++)
+     * only the rest is sorted (a few hundred of a 128K vocabulary, typically).
+     * NaN logits are no candidates (one at index 0 used to make the best NaN
+     * and leave none at all); with nothing but NaN there is nothing to draw. */
+    float best = -INFINITY;
+    for (int i = 0; i < n_vocab; i++)
         if (lg[i] > best)
             best = lg[i];
     const float floor = best / s->p.temperature - 50.0f;
@@ -181,7 +183,7 @@ int32_t engine_sampler_sample(engine_sampler *s, const float *logits, int n_voca
             n++;
         }
     }
-    return finish(s, c, n);
+    return n > 0 ? finish(s, c, n) : -1;
 }
 
 float sampler_temperature(const engine_sampler *s)
@@ -200,11 +202,15 @@ int32_t sampler_sample_candidates(engine_sampler *s, const int32_t *ids, const f
         s->cands = c;
         s->cand_cap = n;
     }
+    int k = 0;
     for (int i = 0; i < n; i++) {
-        s->cands[i].id = ids[i];
-        s->cands[i].logit = scaled[i];
+        if (isnan(scaled[i]))
+            continue; /* as above: never a candidate, and qsort needs an order */
+        s->cands[k].id = ids[i];
+        s->cands[k].logit = scaled[i];
+        k++;
     }
-    return finish(s, s->cands, n);
+    return k > 0 ? finish(s, s->cands, k) : -1;
 }
 
 /* From the candidates (logit / temperature, any order): the filters and the draw. */

@@ -185,13 +185,22 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
         if (ids[i] < 0 || ids[i] >= vocab)
             return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "token id %d at index %zu is outside the vocabulary [0, %d)",
                            (int)ids[i], i, vocab);
+    /* The CPU pass reads the weights straight from the file mapping: a file
+     * truncated since it was loaded is refused here, and one truncated
+     * during the pass (its reads gave zeros, see st_guard.h) right after. */
+    const bool reads_mapping = !s->cuda;
+    engine_status st;
+    if (reads_mapping && (st = st_check(s->model->weights, &s->err))) {
+        s->have_logits = false;
+        return st;
+    }
     for (size_t done = 0; done < n;) {
         int chunk = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
         memcpy(s->tokens + s->n_past, ids + done, (size_t)chunk * sizeof *ids);
         const bool last = done + (size_t)chunk == n;
 #ifdef ENGINE_HAVE_CUDA
         if (s->cuda) {
-            engine_status st = cuda_forward(s, ids + done, chunk, last && logits, last ? argmax : NULL, &s->err);
+            st = cuda_forward(s, ids + done, chunk, last && logits, last ? argmax : NULL, &s->err);
             if (st) {
                 s->have_logits = s->device_logits = false;
                 return st;
@@ -200,6 +209,10 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
 #endif
             forward_cpu(s, ids + done, chunk, last);
         done += (size_t)chunk;
+    }
+    if (reads_mapping && (st = st_check(s->model->weights, &s->err))) {
+        s->have_logits = false;
+        return st;
     }
     /* On the GPU the host logits are current only when they were asked for. */
     s->have_logits = !s->cuda || logits;

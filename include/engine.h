@@ -256,7 +256,8 @@ ENGINE_API void engine_sampler_free(engine_sampler *smp);
 /*
  * Pick the next id from logits[0..n_vocab) (not modified). history holds the
  * tokens so far (for the repetition penalty). Returns the id, or -1 on bad
- * arguments.
+ * arguments or (when sampling, temperature > 0) when every logit is NaN;
+ * NaN logits are never drawn.
  */
 ENGINE_API int32_t engine_sampler_sample(engine_sampler *smp, const float *logits, int n_vocab,
                                          const int32_t *history, size_t n_history);

@@ -377,6 +377,15 @@ static engine_status cfg_parse_model(const cfg_ctx *c, const json_t *root, cfg_m
         return err_set(c->e, ENGINE_ERR_FORMAT,
                        "%s: num_attention_heads %d is not divisible by num_key_value_heads %d", c->path, m->n_heads,
                        m->n_kv_heads);
+    /* RoPE rotates the two halves of each head (transformers fails on an
+     * odd head_dim); and the engine forms n_heads * head_dim in int (the
+     * kv product is no larger, kv heads dividing heads). */
+    if (m->head_dim % 2 != 0)
+        return err_set(c->e, ENGINE_ERR_FORMAT, "%s: head_dim %d is odd; rotary embeddings need an even one",
+                       c->path, m->head_dim);
+    if ((long long)m->n_heads * m->head_dim > INT_MAX)
+        return err_set(c->e, ENGINE_ERR_FORMAT, "%s: num_attention_heads %d x head_dim %d does not fit in 32 bits",
+                       c->path, m->n_heads, m->head_dim);
 
     if ((st = cfg_num(c, root, "rms_norm_eps", false, 1e-6, true, &m->rms_eps)) ||
         (st = cfg_bool(c, root, "tie_word_embeddings", false, &m->tie_embeddings)) ||

@@ -5,11 +5,14 @@
  *
  * Each file is mapped whole; its tensor names and metadata are copied into
  * one block per file so that the JSON can be freed straight after parsing.
+ * The file stays open while mapped, so that st_check() can see it shrink,
+ * and the mapping is guarded against SIGBUS (st_guard.c).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "safetensors.h"
 #include "json_kind.h"
+#include "st_guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +39,9 @@ typedef struct st_file {
     char *path;
     void *map; /* the whole file, PROT_READ; NULL until mapped */
     size_t map_len;
+    int fd;           /* open while mapped */
+    int guard;        /* st_guard slot + 1; 0 = unguarded */
+    atomic_int faulted; /* a read past a shrunken end became zeros */
     char *strings; /* this file's tensor names and metadata, NUL-terminated */
     st_meta *meta;
     size_t n_meta;
@@ -171,12 +177,15 @@ static engine_status st_map(st_file *f, err_buf *e)
                        (long long)sb.st_size);
     }
     void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    int err = errno;
-    close(fd); /* the mapping keeps the file */
-    if (p == MAP_FAILED)
+    if (p == MAP_FAILED) {
+        int err = errno;
+        close(fd);
         return err_set(e, ENGINE_ERR_IO, "%s: cannot map: %s", f->path, st_strerror(err, eb, sizeof eb));
+    }
     f->map = p;
     f->map_len = (size_t)sb.st_size;
+    f->fd = fd; /* kept: st_check() compares its size with the mapping's */
+    f->guard = st_guard_add(p, f->map_len, &f->faulted) + 1;
     /* Every byte will be read front to back on the first pass: start the
      * read-ahead now rather than fault page by page. Advice only. */
     posix_madvise(p, f->map_len, POSIX_MADV_WILLNEED);
@@ -601,8 +610,11 @@ void st_close(st_set *s)
         return;
     for (int i = 0; i < s->n_files; i++) {
         st_file *f = &s->files[i];
-        if (f->map)
+        if (f->map) {
+            st_guard_remove(f->guard - 1);
             munmap(f->map, f->map_len);
+            close(f->fd);
+        }
         free(f->path);
         free(f->strings);
         free(f->meta);
@@ -652,4 +664,24 @@ const char *st_file_path(const st_set *s, int shard)
 uint64_t st_total_bytes(const st_set *s)
 {
     return s ? s->total_bytes : 0;
+}
+
+engine_status st_check(const st_set *s, err_buf *e)
+{
+    if (!s)
+        return ENGINE_OK;
+    for (int i = 0; i < s->n_files; i++) {
+        const st_file *f = &s->files[i];
+        if (!f->map)
+            continue;
+        if (atomic_load((atomic_int *)&f->faulted))
+            return err_set(e, ENGINE_ERR_IO,
+                           "%s: the file was truncated while in use (the reads past its end gave zeros); reload the "
+                           "model", f->path);
+        struct stat sb;
+        if (fstat(f->fd, &sb) == 0 && (uint64_t)sb.st_size < f->map_len)
+            return err_set(e, ENGINE_ERR_IO, "%s: truncated to %lld bytes after it was loaded (it had %zu); reload "
+                           "the model", f->path, (long long)sb.st_size, f->map_len);
+    }
+    return ENGINE_OK;
 }

@@ -7,6 +7,11 @@
  * header length within the file, valid JSON, known dtype, shape x dtype size
  * equal to the offset range, ranges inside the data area and not overlapping.
  * Tensor data pointers point into the mapping and stay valid until st_close().
+ *
+ * A file truncated while mapped would kill the process with SIGBUS on the
+ * next read past its new end. Instead (st_guard.h) such a read gives zeros
+ * and st_check() reports the file: callers check before and after each
+ * computation that reads the mapping.
  */
 #ifndef ENGINE_SAFETENSORS_H
 #define ENGINE_SAFETENSORS_H
@@ -70,5 +75,11 @@ const char *st_metadata(const st_set *s, const char *key);
 int st_n_files(const st_set *s);
 const char *st_file_path(const st_set *s, int shard);
 uint64_t st_total_bytes(const st_set *s);
+/*
+ * ENGINE_ERR_IO, naming the file, when a mapped file is now shorter than
+ * when it was mapped or a read past its end was turned into zeros; then
+ * the views hold garbage and the set must be closed. One fstat per file.
+ */
+engine_status st_check(const st_set *s, err_buf *e);
 
 #endif

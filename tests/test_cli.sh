@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_cli.sh: the command-line tools end to end: greedy output of infer
 # equals the transformers reference, --json and streaming output, sampling
-# reproducibility, tokenize, and a clean one-line error with a non-zero exit
-# (never a signal) for every kind of bad input.
+# reproducibility, tokenize, a clean one-line error with a non-zero exit
+# (never a signal) for every kind of bad input, and faults during a long
+# generation (Ctrl-C, the weights file truncated).
 # usage: test_cli.sh INFER TOKENIZE REPO_ROOT
 set -u
 INFER=$1 TOKENIZE=$2 ROOT=$3
@@ -174,6 +175,55 @@ expect_error "bad --vram unit" "vram" "$INFER" "$MODEL" --vram 8Q
 expect_error "zero --vram" "vram" "$INFER" "$MODEL" --vram 0
 expect_error "negative --vram" "vram" "$INFER" "$MODEL" --vram -2G
 expect_error "tokenize of a missing file" "nonexistent" "$TOKENIZE" "$T/nonexistent.json" --text hi
+
+# --- faults during a long generation ----------------------------------------
+# start_long NAME MODEL: greedy generation that would run for minutes (stories260K
+# never says EOS greedily), in the background; returns once past the prompt,
+# i.e. once infer's SIGINT handler is in place. Sets $pid.
+start_long() {
+  "$INFER" "$2" --prompt "Once upon a time" -n 20000 --ctx 20000 --device cpu --threads 1 \
+    >"$T/$1.out" 2>"$T/$1.err" &
+  pid=$!
+  for _ in $(seq 400); do
+    [ "$(wc -c <"$T/$1.out")" -gt 60 ] && return 0
+    kill -0 $pid 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+finish_long() { # waits up to 20 s, then kills; sets $rc
+  for _ in $(seq 400); do
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -KILL $pid 2>/dev/null
+  wait $pid
+  rc=$?
+}
+
+# Ctrl-C stops generation cleanly: exit 130, the summary still printed, even
+# when a second SIGINT follows at once (it used to find the handler reset).
+if start_long sigint "$MODEL"; then
+  kill -INT $pid
+  kill -INT $pid
+  finish_long
+  [ $rc -eq 130 ] || fail "SIGINT: exit status $rc (want 130): $(cat "$T/sigint.err")"
+  grep -q "stop: interrupted" "$T/sigint.err" || fail "SIGINT: no summary: $(cat "$T/sigint.err")"
+else
+  fail "SIGINT: infer did not start generating: $(cat "$T/sigint.err")"
+fi
+
+# The weights file truncated under a running generation: one line naming the file, exit 1, no SIGBUS.
+d=$(mkmodel shrink); cp "$MODEL/model.safetensors" "$d/"
+if start_long shrink "$d"; then
+  truncate -s 4096 "$d/model.safetensors"
+  finish_long
+  [ $rc -eq 1 ] || fail "truncated while generating: exit status $rc (want 1): $(cat "$T/shrink.err")"
+  [ "$(wc -l <"$T/shrink.err")" -eq 1 ] && grep -q "model.safetensors.*truncated" "$T/shrink.err" ||
+    fail "truncated while generating: stderr: $(cat "$T/shrink.err")"
+else
+  fail "truncation: infer did not start generating: $(cat "$T/shrink.err")"
+fi
 
 if [ $fails -ne 0 ]; then
   echo "test_cli: $fails failure(s)" >&2

@@ -279,6 +279,15 @@ static void test_bad_model(void)
                  "hidden_size 64 is not divisible by num_attention_heads 3");
     expect_model(config_with("\"num_key_value_heads\": 3", NULL), ENGINE_ERR_FORMAT,
                  "num_attention_heads 4 is not divisible by num_key_value_heads 3");
+    /* An odd head_dim (which model.c used to refuse after the parse, so
+     * fuzz_config saw it pass), and a head count times head_dim past 32
+     * bits, which reached arch.c's int products. */
+    expect_model("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 6.0, \"num_hidden_layers\": 1,"
+                 " \"num_attention_heads\": 2, \"intermediate_size\": 15, \"vocab_size\": 10}",
+                 ENGINE_ERR_FORMAT, "head_dim 3 is odd");
+    expect_model(config_with("\"head_dim\": 7", NULL), ENGINE_ERR_FORMAT, "head_dim 7 is odd");
+    expect_model(config_with("\"head_dim\": 1073741824", NULL), ENGINE_ERR_FORMAT,
+                 "num_attention_heads 4 x head_dim 1073741824 does not fit in 32 bits");
     expect_model(config_with("\"rms_norm_eps\": \"1e-5\"", NULL), ENGINE_ERR_FORMAT, "'rms_norm_eps' must be a number");
     expect_model(config_with("\"rms_norm_eps\": 0", NULL), ENGINE_ERR_FORMAT, "'rms_norm_eps'");
     expect_model(config_with("\"tie_word_embeddings\": 1", NULL), ENGINE_ERR_FORMAT, "'tie_word_embeddings'");

@@ -73,6 +73,24 @@ int main(void)
     CHECK(engine_sampler_sample(s, LOGITS, V, NULL, 0) == 1);
     engine_sampler_free(s);
 
+    /* NaN logits (found by fuzz_model: weights holding NaN). A NaN first
+     * made the best logit NaN, left no candidate, and the draw read the one
+     * before the buffer; now NaN is never drawn, and all-NaN gives -1. */
+    s = make(0.8f, 0, 0.9f, 0.05f, 1.0f, 3);
+    float nan_first[V];
+    memcpy(nan_first, LOGITS, sizeof nan_first);
+    nan_first[0] = NAN;
+    nan_first[6] = NAN;
+    for (int i = 0; i < 1000; i++) {
+        const int32_t id = engine_sampler_sample(s, nan_first, V, NULL, 0);
+        CHECK_MSG(id >= 0 && id < V && id != 0 && id != 6, "drew %d", (int)id);
+    }
+    float all_nan[V];
+    for (int i = 0; i < V; i++)
+        all_nan[i] = NAN;
+    CHECK(engine_sampler_sample(s, all_nan, V, NULL, 0) == -1);
+    engine_sampler_free(s);
+
     /* Temperature 1: the softmax. */
     s = make(1.0f, 0, 1.0f, 0.0f, 1.0f, 42);
     draw(s, N, freq);

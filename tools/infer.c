@@ -441,14 +441,21 @@ int main(int argc, char **argv)
         free(ptext);
     }
 
-    signal(SIGINT, on_sigint);
+    /* sigaction, not signal(): under -std=c11 glibc's signal() has System V
+     * semantics and resets the handler on delivery, so a second SIGINT (a
+     * second Ctrl-C, or one sent to the process group as well as to infer)
+     * killed infer before its summary. Kept until exit for the same reason. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
     gp.on_token = on_token;
     gp.user = &out;
     size_t n_gen = 0;
     engine_generate_stats stats;
     engine_status st = engine_generate(sess, prompt_ids, n_prompt, &gp, gen_ids, (size_t)gp.n_predict + 1, &n_gen,
                                        &stats);
-    signal(SIGINT, SIG_DFL);
     if (st != ENGINE_OK) {
         if (!json)
             fputc('\n', stdout);
