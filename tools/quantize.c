@@ -54,16 +54,14 @@ static int bad_arg(const char *opt, const char *val)
     return 2;
 }
 
-int main(int argc, char **argv)
+/* The tool, with room for argc skip patterns; every return leaves skip to main. */
+static int run(int argc, char **argv, const char **skip)
 {
     const char *in = NULL, *out = NULL, *type = NULL;
     int double_quant = 0;
     progress prog = {0};
     engine_quantize_params qp = engine_quantize_default_params();
-    const char **skip = calloc((size_t)argc, sizeof *skip);
     size_t n_skip = 0;
-    if (!skip)
-        return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int needs = !strcmp(a, "--type") || !strcmp(a, "--skip") || !strcmp(a, "--shard-size") ||
@@ -133,7 +131,6 @@ int main(int argc, char **argv)
     char err[512] = "";
     engine_quantize_stats stats;
     engine_status st = engine_quantize(in, out, &qp, &stats, err, sizeof err);
-    free(skip);
     if (st != ENGINE_OK) {
         fprintf(stderr, "quantize: %s\n", err);
         return 1;
@@ -143,4 +140,16 @@ int main(int argc, char **argv)
            stats.bytes_in ? 100.0 * stats.bytes_out / stats.bytes_in : 0.0, stats.n_shards,
            stats.n_shards == 1 ? "" : "s");
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char **skip = calloc((size_t)argc, sizeof *skip);
+    if (!skip) {
+        fprintf(stderr, "quantize: out of memory\n");
+        return 1;
+    }
+    const int rc = run(argc, argv, skip);
+    free(skip);
+    return rc;
 }
