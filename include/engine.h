@@ -371,7 +371,10 @@ ENGINE_API engine_quantize_params engine_quantize_default_params(void);
  * generation_config.json and the tokenizer files copied. Everything is
  * written under a temporary name beside out and renamed at the end, so an
  * interrupted or failed run never leaves a folder named out; on failure the
- * temporary folder is removed. stats (may be NULL) gets the totals.
+ * temporary folder is removed. stats (may be NULL) gets the totals. Under
+ * a file-size limit (RLIMIT_FSIZE) the kernel stops the process with
+ * SIGXFSZ unless it is ignored: a program that wants the error instead
+ * ignores SIGXFSZ, as tools/quantize does (the library leaves signals alone).
  */
 ENGINE_API engine_status engine_quantize(const char *in, const char *out, const engine_quantize_params *params,
                                          engine_quantize_stats *stats, char *err, size_t err_size);

@@ -4,8 +4,9 @@
 # the same tokens as quantizing while loading), --skip and sharding, bad
 # arguments and bad input files (one-line error, exit status 1 or 2, never
 # a signal), and that a failed run leaves neither OUT nor its temporary
-# folder behind and never touches an existing OUT.
-# infer runs with --device cpu: quantized models do not run on CUDA yet.
+# folder behind (a failed write past a file-size limit included) and
+# never touches an existing OUT.
+# infer runs with --device cpu, so the test holds on GPU machines too.
 # usage: test_quantize_cli.sh QUANTIZE INFER REPO_ROOT
 set -u
 QUANTIZE=$1 INFER=$2 ROOT=$3
@@ -106,6 +107,17 @@ printf '\x00\x00\x80\x7f' | dd of="$T/inf/model.safetensors" bs=1 seek=$((8 + hl
 expect_error 1 "$T/y" "$T/inf" "$T/y" --type nf4
 grep -q "inf/model.safetensors: tensor 'model.layers.3.mlp.up_proj.weight': element .* is infinite" "$T/e" ||
   fail "inf input: $(cat "$T/e")"
+
+# Past a file-size limit (ulimit -f: 100 blocks, below the 0.4 MB output)
+# the write fails with EFBIG, not SIGXFSZ: one line naming the file, exit 1,
+# nothing left behind.
+(ulimit -f 100 && "$QUANTIZE" "$MODEL" "$T/big" --type int8 -q) >"$T/o" 2>"$T/e"
+rc=$?
+[ "$rc" -eq 1 ] || fail "over the file-size limit: exit $rc, want 1: $(cat "$T/e")"
+grep -q "^quantize: .*model.safetensors: cannot write: File too large" "$T/e" ||
+  fail "over the file-size limit: $(cat "$T/e")"
+[ -e "$T/big" ] && fail "over the file-size limit: left OUT behind"
+ls -d "$T"/big.tmp-* >/dev/null 2>&1 && fail "over the file-size limit: left a temporary folder behind"
 
 # An existing OUT is refused and left as it was.
 mkdir "$T/exists"

@@ -9,6 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,10 @@ static int run(int argc, char **argv, const char **skip)
 
 int main(int argc, char **argv)
 {
+    /* Past a file-size limit (ulimit -f) a write should fail with EFBIG, so
+     * the library can report it and remove its temporary folder, rather
+     * than the process dying of SIGXFSZ in the middle of a shard. */
+    signal(SIGXFSZ, SIG_IGN);
     const char **skip = calloc((size_t)argc, sizeof *skip);
     if (!skip) {
         fprintf(stderr, "quantize: out of memory\n");
