@@ -7,6 +7,7 @@
  * every pointer is into the mapping. Each problem is reported as one line
  * naming the file and tensor.
  */
+#include <math.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +45,27 @@ static engine_status need_part(const engine_model *m, const st_tensor **out, con
     return ENGINE_OK;
 }
 
+/*
+ * Scales must be finite and non-negative (absmax and INT8 scales are
+ * magnitudes) and code tables finite within [-1, 1]: a corrupted file is
+ * refused at load, naming the value, instead of producing NaN logits later.
+ * `kind` 0: a scale, 1: a code table entry.
+ */
+static engine_status check_values(const engine_model *m, const st_tensor *t, const char *name, const char *suffix,
+                                  int kind, err_buf *e)
+{
+    const float *v = t->data;
+    for (uint64_t i = 0; i < t->n_elements; i++) {
+        const float x = v[i];
+        const bool ok = kind == 0 ? (x >= 0.0f && x <= 3.4e38f) : (x >= -1.0f && x <= 1.0f);
+        if (!ok) /* NaN fails both comparisons */
+            return err_set(e, ENGINE_ERR_FORMAT, "%s: '%s%s' element %llu is %g, not a %s",
+                           st_file_path(m->weights, t->shard), name, suffix, (unsigned long long)i, (double)x,
+                           kind == 0 ? "finite non-negative scale" : "code value in [-1, 1]");
+    }
+    return ENGINE_OK;
+}
+
 static engine_status bind_int8(engine_model *m, k_weight *w, const st_tensor *t, const char *name, int rows, int cols,
                                err_buf *e)
 {
@@ -61,6 +83,9 @@ static engine_status bind_int8(engine_model *m, k_weight *w, const st_tensor *t,
     if ((uintptr_t)s->data % 4 != 0)
         return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: '%s.scales' data is not aligned in the file",
                        st_file_path(m->weights, s->shard), name);
+    engine_status st = check_values(m, s, name, ".scales", 0, e);
+    if (st)
+        return st;
     w->data = t->data;
     w->dtype = K_I8;
     w->rows = rows;
@@ -153,6 +178,13 @@ static engine_status bind_4bit(engine_model *m, k_weight *w, const st_tensor *t,
         if ((st = need_part(m, &nmap, name, ".nested_quant_map", ST_F32, 256, e)))
             return st;
     }
+    if ((st = check_values(m, qmap, name, ".quant_map", 1, e)) ||
+        (!nested_block && (st = check_values(m, absmax, name, ".absmax", 0, e))) ||
+        (nested_block && ((st = check_values(m, nabs, name, ".nested_absmax", 0, e)) ||
+                          (st = check_values(m, nmap, name, ".nested_quant_map", 1, e)))))
+        return st;
+    if (!isfinite(offset))
+        return err_set(e, ENGINE_ERR_FORMAT, "%s: '%s' has a nested offset that is not finite", file, name);
     w->data = t->data;
     w->dtype = type;
     w->rows = rows;

@@ -76,6 +76,29 @@ corrupt "a wrong shape" 's/"shape": \[172, 64\]/"shape": [172, 65]/' "shape is n
 corrupt "a missing absmax" 's/up_proj.weight.absmax"/up_proj.weight.absmaz"/' "lacks"
 corrupt "a broken quant_state" 's/\{"quant_type": "nf4"/{"quant_type"; "nf4"/' "not a JSON object"
 
+# Scale and code values out of range (NaN, negative, past 1) are refused at
+# load, naming the tensor and element.
+bad_value() { # what source-folder tensor element little-endian-bytes expected-message
+  rm -rf "$T/c"
+  cp -r "$2" "$T/c"
+  local f="$T/c/model.safetensors" hlen off
+  hlen=$(od -An -t u8 -N 8 "$f" | tr -d ' ')
+  off=$(head -c $((8 + hlen)) "$f" | tail -c "$hlen" | jq ".[\"$3\"].data_offsets[0]")
+  printf "$5" | dd of="$f" bs=1 seek=$((8 + hlen + off + 4 * $4)) conv=notrunc 2>/dev/null
+  "$INFER" "$T/c" --device cpu --prompt-ids 1,2 -n 1 >/dev/null 2>"$T/e"
+  local rc=$?
+  [ "$rc" -eq 1 ] || fail "infer on a file with $1 exited $rc: $(cat "$T/e")"
+  [ "$(wc -l <"$T/e")" -eq 1 ] || fail "$1: not one line: $(cat "$T/e")"
+  grep -q "model.safetensors: '$3' element $4 is $6" "$T/e" || fail "$1: message $(cat "$T/e")"
+}
+"$QUANTIZE" "$MODEL" "$T/i8" --type int8 -q >/dev/null 2>"$T/e" || fail "quantize int8: $(cat "$T/e")"
+bad_value "a NaN nested absmax" "$T/nf4" model.layers.1.self_attn.o_proj.weight.nested_absmax 0 '\x00\x00\xc0\x7f' \
+  "nan, not a finite non-negative scale"
+bad_value "a code past 1" "$T/nf4" model.layers.0.mlp.gate_proj.weight.quant_map 3 '\x00\x00\x00\x40' \
+  "2, not a code value in \[-1, 1\]"
+bad_value "a negative int8 scale" "$T/i8" model.layers.2.mlp.down_proj.weight.scales 5 '\x00\x00\x80\xbf' \
+  "-1, not a finite non-negative scale"
+
 # --- bad arguments (exit 2) -----------------------------------------------------
 expect_error 2 "$T/x" "$MODEL" "$T/x"
 expect_error 2 "$T/x" "$MODEL" "$T/x" --type int3
