@@ -112,19 +112,6 @@ static const char *dominant_dtype(const engine_model *m)
     return dtype_label(m->tok_emb.dtype);
 }
 
-static bool spec_for(engine_quant q, q_spec *spec)
-{
-    memset(spec, 0, sizeof *spec);
-    switch (q) {
-    case ENGINE_QUANT_INT8: spec->type = K_I8; return true;
-    case ENGINE_QUANT_INT8_G128: spec->type = K_I8, spec->group = Q_INT8_GROUP; return true;
-    case ENGINE_QUANT_NF4: spec->type = K_NF4; return true;
-    case ENGINE_QUANT_NF4_DQ: spec->type = K_NF4, spec->double_quant = true; return true;
-    case ENGINE_QUANT_FP4: spec->type = K_FP4; return true;
-    default: return false;
-    }
-}
-
 /*
  * Quantize the decoder layers' dense linear weights into memory the model
  * owns (embeddings, norms, biases and lm_head stay as stored, as
@@ -133,7 +120,7 @@ static bool spec_for(engine_quant q, q_spec *spec)
 static engine_status quantize_on_load(engine_model *m, engine_quant q, const char *path, err_buf *e)
 {
     q_spec spec;
-    if (!spec_for(q, &spec))
+    if (!quant_spec_of(q, &spec))
         return err_set(e, ENGINE_ERR_INVALID_ARG, "%s: unknown quantization %d", path, (int)q);
     const int per_layer = 7;
     m->owned = calloc((size_t)m->cfg.n_layers * per_layer, sizeof *m->owned);

@@ -174,6 +174,10 @@ float sampler_temperature(const engine_sampler *s);
 
 engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, const float **logits, int32_t *argmax);
 
+/* The format an engine_quant names (engine/quantize.c); false for NONE and unknown values. */
+struct q_spec;
+bool quant_spec_of(engine_quant q, struct q_spec *spec);
+
 /* Fill the RoPE tables [n_ctx, head_dim/2] for the config's rope type. */
 void rope_tables(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t);
 

@@ -67,7 +67,8 @@ engine_quantize_params engine_quantize_default_params(void)
     return p;
 }
 
-static bool spec_of(engine_quant q, q_spec *s)
+/* The format an engine_quant names; false for NONE and unknown values. */
+bool quant_spec_of(engine_quant q, q_spec *s)
 {
     memset(s, 0, sizeof *s);
     switch (q) {
@@ -501,7 +502,7 @@ engine_status engine_quantize(const char *in, const char *out, const engine_quan
     struct stat sb;
     if (!in || !out) {
         st = err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_quantize: in and out must not be NULL");
-    } else if (!spec_of(qp.type, &p.spec)) {
+    } else if (!quant_spec_of(qp.type, &p.spec)) {
         st = err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_quantize: unknown quantization type %d", (int)qp.type);
     } else if (stat(out, &sb) == 0) {
         st = err_set(&e, ENGINE_ERR_IO, "%s: already exists; give a new folder name", out);
