@@ -74,14 +74,10 @@ static mat_fmt fmt_of(const k_weight *w, engine_quant q)
 {
     if (k_dtype_is_quant(w->dtype))
         return (mat_fmt){w->dtype, w->dtype == K_I8 ? w->group : w->block};
-    switch (q) {
-    case ENGINE_QUANT_INT8: return (mat_fmt){K_I8, 0};
-    case ENGINE_QUANT_INT8_G128: return (mat_fmt){K_I8, Q_INT8_GROUP};
-    case ENGINE_QUANT_NF4:
-    case ENGINE_QUANT_NF4_DQ: return (mat_fmt){K_NF4, Q_NF4_BLOCK};
-    case ENGINE_QUANT_FP4: return (mat_fmt){K_FP4, Q_NF4_BLOCK};
-    default: return (mat_fmt){w->dtype, 0};
-    }
+    q_spec spec;
+    if (!quant_spec_of(q, &spec))
+        return (mat_fmt){w->dtype, 0};
+    return (mat_fmt){spec.type, spec.type == K_I8 ? spec.group : Q_NF4_BLOCK};
 }
 
 /*
@@ -189,36 +185,47 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
     return ENGINE_OK;
 }
 
-void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_elems, uint64_t *kv,
-                        uint64_t *act)
+uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_ctx, uint64_t deq_elems,
+                             uint64_t argmax_bytes, char *base, plan_session_bufs *out)
 {
-    const uint64_t ctx = (uint64_t)n_ctx, nb = n_ctx < PLAN_CUDA_BATCH ? ctx : PLAN_CUDA_BATCH;
-    const uint64_t ws = k_dtype_size(wt), qd = (uint64_t)c->n_heads * c->head_dim,
-                   kvd = (uint64_t)c->n_kv_heads * c->head_dim, half = (uint64_t)c->head_dim / 2;
+    const uint64_t nb = (uint64_t)n_batch, ctx = (uint64_t)n_ctx, ws = k_dtype_size(wt);
+    const uint64_t qd = (uint64_t)c->n_heads * c->head_dim, kvd = (uint64_t)c->n_kv_heads * c->head_dim;
+    const uint64_t half = (uint64_t)c->head_dim / 2;
     uint64_t widest = (uint64_t)c->dim;
     if (qd > widest)
         widest = qd;
     if ((uint64_t)c->ffn_dim > widest)
         widest = (uint64_t)c->ffn_dim;
+    plan_session_bufs b;
     uint64_t off = 0;
-    carve(NULL, &off, nb * c->dim * sizeof(float), PLAN_ALIGN);          /* x        */
-    carve(NULL, &off, nb * widest * ws, PLAN_ALIGN);                     /* act      */
-    carve(NULL, &off, nb * (qd + 2 * kvd) * sizeof(float), PLAN_ALIGN);  /* qkv      */
-    carve(NULL, &off, nb * qd * sizeof(float), PLAN_ALIGN);              /* q        */
-    carve(NULL, &off, qd * sizeof(float), PLAN_ALIGN);                   /* att      */
-    carve(NULL, &off, nb * 2 * c->ffn_dim * sizeof(float), PLAN_ALIGN);  /* gu       */
-    carve(NULL, &off, (uint64_t)c->vocab_size * sizeof(float), PLAN_ALIGN); /* logits */
-    carve(NULL, &off, ctx * half * sizeof(float), PLAN_ALIGN);           /* rope_cos */
-    carve(NULL, &off, ctx * half * sizeof(float), PLAN_ALIGN);           /* rope_sin */
-    carve(NULL, &off, PLAN_ARGMAX_SCRATCH, PLAN_ALIGN);
-    carve(NULL, &off, deq_elems * ws, PLAN_ALIGN);                       /* deq      */
-    carve(NULL, &off, nb * sizeof(int32_t), PLAN_ALIGN);                 /* ids      */
-    carve(NULL, &off, PLAN_CAND_MAX * sizeof(int32_t), PLAN_ALIGN);
-    carve(NULL, &off, PLAN_CAND_MAX * sizeof(float), PLAN_ALIGN);
-    carve(NULL, &off, PLAN_STEP_INTS * sizeof(int32_t), PLAN_ALIGN);
-    *act = off;
+    b.x = carve(base, &off, nb * c->dim * sizeof(float), PLAN_ALIGN);
+    b.act = carve(base, &off, nb * widest * ws, PLAN_ALIGN);
+    b.qkv = carve(base, &off, nb * (qd + 2 * kvd) * sizeof(float), PLAN_ALIGN);
+    b.q = carve(base, &off, nb * qd * sizeof(float), PLAN_ALIGN);
+    b.att = carve(base, &off, qd * sizeof(float), PLAN_ALIGN);
+    b.gu = carve(base, &off, nb * 2 * (uint64_t)c->ffn_dim * sizeof(float), PLAN_ALIGN);
+    b.logits = carve(base, &off, (uint64_t)c->vocab_size * sizeof(float), PLAN_ALIGN);
+    b.rope_cos = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
+    b.rope_sin = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
+    b.argmax_scratch = carve(base, &off, argmax_bytes, PLAN_ALIGN);
+    b.deq = carve(base, &off, deq_elems * ws, PLAN_ALIGN);
+    b.ids = carve(base, &off, nb * sizeof(int32_t), PLAN_ALIGN);
+    b.cand_ids = carve(base, &off, PLAN_CAND_MAX * sizeof(int32_t), PLAN_ALIGN);
+    b.cand_vals = carve(base, &off, PLAN_CAND_MAX * sizeof(float), PLAN_ALIGN);
+    b.step = carve(base, &off, PLAN_STEP_INTS * sizeof(int32_t), PLAN_ALIGN);
+    if (out)
+        *out = b;
+    return off;
+}
+
+void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_elems, uint64_t *kv,
+                        uint64_t *act)
+{
+    const int nb = n_ctx < PLAN_CUDA_BATCH ? n_ctx : PLAN_CUDA_BATCH;
+    *act = plan_session_layout(c, wt, nb, n_ctx, deq_elems, PLAN_ARGMAX_SCRATCH, NULL, NULL);
     /* fp16 K and V for 16-bit models, fp32 for fp32 ones (cuda_session_create). */
-    *kv = 2 * (uint64_t)c->n_layers * ctx * kvd * (wt == K_F32 ? 4 : 2);
+    *kv = 2 * (uint64_t)c->n_layers * (uint64_t)n_ctx * ((uint64_t)c->n_kv_heads * c->head_dim) *
+          (wt == K_F32 ? 4 : 2);
 }
 
 /* ---------------------------------------------------------------- decision */

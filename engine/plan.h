@@ -14,11 +14,11 @@
 #include "model.h"
 
 #define PLAN_ALIGN 256                        /* ALIGN of model_cuda.c and session_cuda.c       */
-#define PLAN_WORKSPACE ((uint64_t)32 << 20)   /* WORKSPACE_BYTES of session_cuda.c (cuBLASLt)   */
-#define PLAN_CUDA_BATCH 512                   /* CUDA_BATCH_MAX of session.c                    */
+#define PLAN_WORKSPACE ((uint64_t)32 << 20)   /* the cuBLASLt workspace of a CUDA session       */
+#define PLAN_CUDA_BATCH 512                   /* tokens per GPU pass (session.c)                */
 #define PLAN_ARGMAX_SCRATCH 1024              /* launch_argmax_scratch(): 128 blocks x 8 bytes  */
-#define PLAN_CAND_MAX 4096                    /* CAND_MAX of cuda/state.h                       */
-#define PLAN_STEP_INTS 4                      /* STEP_INTS of cuda/state.h                      */
+#define PLAN_CAND_MAX 4096                    /* sampling candidates copied to the host at most */
+#define PLAN_STEP_INTS 4                      /* the decode step's device ints (cuda/state.h)   */
 #define PLAN_GRANULARITY ((uint64_t)2 << 20)  /* arena regions map in 2 MiB units (HARDWARE.md) */
 
 /* Device bytes of a model's weights as the CUDA backend lays them out. */
@@ -39,9 +39,36 @@ typedef struct plan_weights {
 engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weights *w, err_buf *e);
 
 /*
+ * The activation region of a CUDA session: every buffer planned once, in
+ * this order. One function both sizes it (base NULL) for the planner and
+ * carves it for cuda/session_cuda.c, so the two cannot disagree. argmax_bytes
+ * is launch_argmax_scratch() there, PLAN_ARGMAX_SCRATCH here. Returns the
+ * bytes; out (may be NULL) gets the buffers.
+ */
+typedef struct plan_session_bufs {
+    void *x;         /* [n_batch, dim] f32 residual stream      */
+    void *act;       /* [n_batch, widest] wt                    */
+    void *qkv;       /* [n_batch, (nh + 2*nkv) * hd] f32        */
+    void *q;         /* [n_batch, nh * hd] f32                  */
+    void *att;       /* [nh * hd] f32 (decode)                  */
+    void *gu;        /* [n_batch, 2 * ffn] f32                  */
+    void *logits;    /* [vocab] f32                             */
+    void *rope_cos;  /* [n_ctx, hd / 2] f32                     */
+    void *rope_sin;  /* [n_ctx, hd / 2] f32                     */
+    void *argmax_scratch;
+    void *deq;       /* [deq_elems] wt: a quantized matrix decoded for prefill */
+    void *ids;       /* [n_batch] int32                         */
+    void *cand_ids;  /* [PLAN_CAND_MAX] int32                   */
+    void *cand_vals; /* [PLAN_CAND_MAX] f32                     */
+    void *step;      /* [PLAN_STEP_INTS] int32                  */
+} plan_session_bufs;
+uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_ctx, uint64_t deq_elems,
+                             uint64_t argmax_bytes, char *base, plan_session_bufs *out);
+
+/*
  * The KV cache and activation bytes a CUDA session of n_ctx tokens
- * allocates (the activation region without the workspace); mirrors
- * cuda_session_create() and layout() of cuda/session_cuda.c.
+ * allocates (the activation region without the workspace), as
+ * cuda_session_create() does.
  */
 void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_elems, uint64_t *kv,
                         uint64_t *act);

@@ -9,12 +9,12 @@
 #include <string.h>
 
 #include "model.h"
+#include "plan.h"
 #ifdef ENGINE_HAVE_CUDA
 #include "cuda/backend.h"
 #endif
 
 #define BATCH_MAX 64       /* tokens per CPU forward pass while reading a prompt */
-#define CUDA_BATCH_MAX 512 /* tokens per GPU pass: large enough to fill the matrix units */
 #define ALIGN 64
 
 engine_session_params engine_session_default_params(void)
@@ -104,7 +104,7 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
         rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
 #ifdef ENGINE_HAVE_CUDA
     if (m->device == ENGINE_DEVICE_CUDA) {
-        s->n_batch = n_ctx < CUDA_BATCH_MAX ? n_ctx : CUDA_BATCH_MAX;
+        s->n_batch = n_ctx < PLAN_CUDA_BATCH ? n_ctx : PLAN_CUDA_BATCH; /* fills the matrix units */
         engine_status st = cuda_session_create(s, &s->cuda, &e);
         if (st) {
             err_copy_out(&e, err, err_size);

@@ -12,37 +12,30 @@
 
 #include "state.h"
 
-#define ALIGN 256
-#define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's recommendation for Hopper */
+#define WORKSPACE_BYTES PLAN_WORKSPACE /* cuBLASLt's recommendation for Hopper */
 
 /* Lay out the activation region; base NULL only sizes. */
 static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
 {
-    const cfg_model *c = &s->model->cfg;
-    const uint64_t nb = (uint64_t)s->n_batch, ctx = (uint64_t)s->n_ctx, ws = k_dtype_size(cs->cm->wt);
-    const uint64_t qd = (uint64_t)c->n_heads * c->head_dim, kvd = (uint64_t)c->n_kv_heads * c->head_dim;
-    uint64_t widest = (uint64_t)c->dim;
-    if (qd > widest)
-        widest = qd;
-    if ((uint64_t)c->ffn_dim > widest)
-        widest = (uint64_t)c->ffn_dim;
-    uint64_t off = 0;
-    cs->x = carve(base, &off, nb * c->dim * sizeof(float), ALIGN);
-    cs->act = carve(base, &off, nb * widest * ws, ALIGN);
-    cs->qkv = carve(base, &off, nb * (qd + 2 * kvd) * sizeof(float), ALIGN);
-    cs->q = carve(base, &off, nb * qd * sizeof(float), ALIGN);
-    cs->att = carve(base, &off, qd * sizeof(float), ALIGN);
-    cs->gu = carve(base, &off, nb * 2 * (uint64_t)c->ffn_dim * sizeof(float), ALIGN);
-    cs->logits = carve(base, &off, (uint64_t)c->vocab_size * sizeof(float), ALIGN);
-    cs->rope_cos = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float), ALIGN);
-    cs->rope_sin = carve(base, &off, ctx * (c->head_dim / 2) * sizeof(float), ALIGN);
-    cs->argmax_scratch = carve(base, &off, launch_argmax_scratch(), ALIGN);
-    cs->deq = carve(base, &off, cs->cm->deq_elems * ws, ALIGN);
-    cs->ids = carve(base, &off, nb * sizeof(int32_t), ALIGN);
-    cs->cand_ids = carve(base, &off, CAND_MAX * sizeof(int32_t), ALIGN);
-    cs->cand_vals = carve(base, &off, CAND_MAX * sizeof(float), ALIGN);
-    cs->step = carve(base, &off, STEP_INTS * sizeof(int32_t), ALIGN);
-    return off;
+    plan_session_bufs b;
+    const uint64_t bytes = plan_session_layout(&s->model->cfg, cs->cm->wt, s->n_batch, s->n_ctx, cs->cm->deq_elems,
+                                               launch_argmax_scratch(), base, &b);
+    cs->x = b.x;
+    cs->act = b.act;
+    cs->qkv = b.qkv;
+    cs->q = b.q;
+    cs->att = b.att;
+    cs->gu = b.gu;
+    cs->logits = b.logits;
+    cs->rope_cos = b.rope_cos;
+    cs->rope_sin = b.rope_sin;
+    cs->argmax_scratch = b.argmax_scratch;
+    cs->deq = b.deq;
+    cs->ids = b.ids;
+    cs->cand_ids = b.cand_ids;
+    cs->cand_vals = b.cand_vals;
+    cs->step = b.step;
+    return bytes;
 }
 
 engine_status cuda_launch_error(cuda_session *cs, err_buf *e)

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../../kernels/kernels_cuda.h"
+#include "../plan.h"
 #include "arena.h"
 #include "backend.h"
 
@@ -61,7 +62,8 @@ struct cuda_model {
 
 /* Device ints a decode step reads and writes; one copy in, one copy out. */
 enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_COUNT = 3, STEP_INTS = 4 };
-#define CAND_MAX 4096 /* sampling candidates copied to the host at most */
+_Static_assert(STEP_INTS == PLAN_STEP_INTS, "the planner sizes the step ints");
+#define CAND_MAX PLAN_CAND_MAX /* sampling candidates copied to the host at most */
 
 struct cuda_session {
     cuda_model *cm;

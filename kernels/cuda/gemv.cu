@@ -394,6 +394,16 @@ static int run_input(launch_ctx *c, const gemv_args *a, size_t smem)
 
 static bool pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
+/* Whether a quantized matrix fits the 16-byte chunk types (else one element at a time). */
+static bool chunks_fit(const gemv_args *a)
+{
+    if ((uintptr_t)a->w % 16 != 0)
+        return false;
+    if (a->wt == K_I8)
+        return a->cols % 16 == 0 && (a->group >= a->cols || (a->group % 16 == 0 && pow2(a->group)));
+    return a->cols % 32 == 0 && a->group % 32 == 0 && pow2(a->group);
+}
+
 /* A quantized matrix's arrays are there and its group fits its type. */
 static bool quant_ok(const gemv_args *a)
 {
@@ -417,14 +427,14 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
     case K_I8:
         if (!quant_ok(a))
             return launch_fail(c, "gemv: int8 weights without scales");
-        if (aligned && a->cols % 16 == 0 && (a->group >= a->cols || (a->group % 16 == 0 && pow2(a->group))))
+        if (chunks_fit(a))
             return run_input<chunk_i8>(c, a, smem);
         return run_input<chunk_q1<K_I8>>(c, a, smem);
     case K_NF4:
     case K_FP4:
         if (!quant_ok(a))
             return launch_fail(c, "gemv: 4-bit weights without absmax, code table or an even block");
-        if (aligned && a->cols % 32 == 0 && a->group % 32 == 0 && pow2(a->group))
+        if (chunks_fit(a))
             return run_input<chunk_4bit>(c, a, smem);
         return run_input<chunk_q1<K_NF4>>(c, a, smem);
     default:
@@ -492,16 +502,14 @@ extern "C" int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_a
     const size_t n = (size_t)a->rows * a->cols;
     const size_t cap = (size_t)(c->n_sms > 0 ? c->n_sms : 1) * 16;
     const unsigned blocks = (unsigned)(n / 256 + 1 < cap ? n / 256 + 1 : cap);
-    const bool aligned = (uintptr_t)a->w % 16 == 0;
-    const bool i8_chunks = aligned && a->cols % 16 == 0 && (a->group >= a->cols || (a->group % 16 == 0 && pow2(a->group)));
-    const bool q4_chunks = aligned && a->cols % 32 == 0 && a->group % 32 == 0 && pow2(a->group);
+    const bool chunks = chunks_fit(a);
     DISPATCH_TYPE(ot, O, {
         O *o = static_cast<O *>(out);
-        if (a->wt == K_I8 && i8_chunks)
+        if (a->wt == K_I8 && chunks)
             k_dequant_chunks<O, chunk_i8><<<blocks, 256, 0, c->stream>>>(o, *a);
         else if (a->wt == K_I8)
             k_dequant<O, K_I8><<<blocks, 256, 0, c->stream>>>(o, *a);
-        else if (q4_chunks)
+        else if (chunks)
             k_dequant_chunks<O, chunk_4bit><<<blocks, 256, 0, c->stream>>>(o, *a);
         else
             k_dequant<O, K_NF4><<<blocks, 256, 0, c->stream>>>(o, *a);
