@@ -51,6 +51,28 @@ static int32_t sample_on_device(engine_session *s, engine_sampler *smp, engine_s
     return -1;
 }
 
+#ifdef ENGINE_HAVE_CUDA
+/*
+ * Greedy on the device, pipelined: evaluate id (unless it is already
+ * queued: *queued) and, when the loop may go on (more), queue the step of
+ * its argmax before waiting, so the GPU runs while the host handles id.
+ */
+static engine_status greedy_next(engine_session *s, int32_t id, bool more, bool *queued, int32_t *next)
+{
+    engine_status st = *queued ? ENGINE_OK : cuda_greedy_queue(s, id, &s->err);
+    *queued = false;
+    if (!st && more && s->n_past + 1 < s->n_ctx && (st = cuda_greedy_queue(s, -1, &s->err)) == ENGINE_OK)
+        *queued = true;
+    if (!st)
+        st = cuda_greedy_take(s, next, &s->err);
+    if (st) {
+        cuda_greedy_drop(s);
+        *queued = false;
+    }
+    return st;
+}
+#endif
+
 engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n_prompt,
                               const engine_generate_params *params, int32_t *out_ids, size_t cap, size_t *n_out,
                               engine_generate_stats *stats)
@@ -112,6 +134,9 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
     const bool on_device = s->cuda && p.sampling.repeat_penalty == 1.0f && n_prompt > 0;
     const bool device_greedy = on_device && p.sampling.temperature <= 0.0f;
     int32_t next = -1;
+#ifdef ENGINE_HAVE_CUDA
+    bool queued = false; /* the device greedy step of the next id is queued */
+#endif
     if (n_prompt)
         st = session_eval(s, prompt, n_prompt, on_device ? NULL : &logits, device_greedy ? &next : NULL);
     double t1 = now_seconds();
@@ -153,8 +178,22 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
             gs.stop = ENGINE_STOP_CONTEXT;
             break;
         }
+#ifdef ENGINE_HAVE_CUDA
+        if (device_greedy) {
+            st = greedy_next(s, id, i + 2 < p.n_predict, &queued, &next);
+            continue;
+        }
+#endif
         st = session_eval(s, &id, 1, on_device ? NULL : &logits, device_greedy ? &next : NULL);
     }
+#ifdef ENGINE_HAVE_CUDA
+    if (device_greedy) { /* a step queued for a token that was not taken: discarded */
+        if (queued)
+            cuda_greedy_drop(s);
+        s->have_logits = false;
+        s->device_logits = st == ENGINE_OK;
+    }
+#endif
     gs.gen_seconds = now_seconds() - t1;
     if (ts) {
         const char *text;

@@ -18,7 +18,7 @@
 #define PLAN_CUDA_BATCH 512                   /* tokens per GPU pass (session.c)                */
 #define PLAN_ARGMAX_SCRATCH 1024              /* launch_argmax_scratch(): 128 blocks x 8 bytes  */
 #define PLAN_CAND_MAX 4096                    /* sampling candidates copied to the host at most */
-#define PLAN_STEP_INTS 4                      /* the decode step's device ints (cuda/state.h)   */
+#define PLAN_STEP_INTS 8                      /* the decode step's device ints (cuda/state.h)   */
 #define PLAN_GRANULARITY ((uint64_t)2 << 20)  /* arena regions map in 2 MiB units (HARDWARE.md) */
 
 /* Device bytes of a model's weights as the CUDA backend lays them out. */

@@ -110,9 +110,19 @@ int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *
 /* h[n, ffn] (ht) = silu(gu[t, j]) * gu[t, ffn + j]; gu [n, 2*ffn] fp32 (gate then up per row). */
 int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, int ffn);
 
-/* *out = index of the largest of x[n] (the lowest index among equals); scratch of launch_argmax_scratch() bytes. */
+/*
+ * *out = index of the largest of x[n] (the lowest index among equals);
+ * scratch of launch_argmax_scratch() bytes. With feed (may be NULL), also
+ * ring[*pos & 1] = *token = that index, then ++*pos: the next decode step's
+ * input, written on the device.
+ */
+typedef struct argmax_feed {
+    int32_t *token; /* [1] */
+    int32_t *pos;   /* [1] */
+    int32_t *ring;  /* [2] */
+} argmax_feed;
 size_t launch_argmax_scratch(void);
-int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n, void *scratch);
+int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n, void *scratch, const argmax_feed *feed);
 
 /*
  * The sampling candidates of x[n]: every i with x[i] / temperature >=

@@ -4,13 +4,16 @@
  * free, reuses freed address ranges, and refuses what does not fit with a
  * message that says how much was asked and what holds the rest. The same
  * through the public API: a model or session over the budget fails cleanly
- * and the measured device memory never passes the budget. Skips (77)
- * without a GPU.
+ * and the measured device memory never passes the budget; the budget
+ * exhausted while a session runs is a clean refusal that leaves the
+ * running session intact; 1,000 model/session cycles do not grow the
+ * device memory held. Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
@@ -179,6 +182,121 @@ static void test_engine_budget(void)
     engine_model_free(m);
 }
 
+static engine_model *load_budget(uint64_t budget)
+{
+    char path[1024], err[512] = "";
+    test_src_path(path, sizeof path, "models/stories260K");
+    engine_model_params mp = engine_model_default_params();
+    mp.device = ENGINE_DEVICE_CUDA;
+    mp.vram_budget = budget;
+    engine_model *m = NULL;
+    CHECK_MSG(engine_model_load(path, &mp, &m, err, sizeof err) == ENGINE_OK, "%s", err);
+    return m;
+}
+
+static engine_session *new_session(engine_model *m, int n_ctx, engine_status want, char *err, size_t err_size)
+{
+    engine_session_params sp = engine_session_default_params();
+    sp.n_ctx = n_ctx;
+    engine_session *s = NULL;
+    err[0] = '\0';
+    const engine_status st = engine_session_create(m, &sp, &s, err, err_size);
+    CHECK_MSG(st == want, "session of %d positions: status %d (%s), want %d", n_ctx, (int)st, err, (int)want);
+    return s;
+}
+
+static size_t greedy(engine_session *s, int32_t *out)
+{
+    engine_generate_params gp = engine_generate_default_params();
+    gp.n_predict = 40;
+    gp.sampling.temperature = 0.0f;
+    int32_t prompt[2] = {1, 403};
+    size_t n = 0;
+    CHECK_MSG(engine_generate(s, prompt, 2, &gp, out, 64, &n, NULL) == ENGINE_OK, "%s", engine_session_last_error(s));
+    return n;
+}
+
+/*
+ * The budget exhausted while a session runs: more sessions are asked for
+ * until one is refused (a clean error naming what holds the memory), the
+ * running session goes on with the same output, and once the others are
+ * freed the memory is there again.
+ */
+static void test_exhausted_mid_run(void)
+{
+    engine_model *m = load_budget(112 * MiB); /* the weights and about three sessions */
+    if (!m)
+        return;
+    char err[512];
+    engine_session *first = new_session(m, 256, ENGINE_OK, err, sizeof err);
+    int32_t want[64], got[64];
+    const size_t n_want = first ? greedy(first, want) : 0;
+    engine_session *more[16] = {NULL};
+    int n_more = 0;
+    engine_status st = ENGINE_OK;
+    while (n_more < 16) {
+        engine_session_params sp = engine_session_default_params();
+        sp.n_ctx = 256;
+        err[0] = '\0';
+        st = engine_session_create(m, &sp, &more[n_more], err, sizeof err);
+        if (st != ENGINE_OK)
+            break;
+        n_more++;
+    }
+    CHECK_MSG(st == ENGINE_ERR_OVER_BUDGET && strstr(err, "budget") && strstr(err, "in use"),
+              "after %d more sessions: status %d, %s", n_more, (int)st, err);
+    CHECK_MSG(!strchr(err, '\n'), "the error is one line: %s", err);
+    if (first) {
+        engine_session_reset(first);
+        const size_t n_got = greedy(first, got);
+        CHECK_MSG(n_got == n_want && !memcmp(got, want, n_want * sizeof *want),
+                  "the running session's output changed once the budget ran out");
+    }
+    for (int i = 0; i < n_more; i++)
+        engine_session_free(more[i]);
+    engine_session *again = new_session(m, 256, ENGINE_OK, err, sizeof err);
+    if (again) {
+        const size_t n_got = greedy(again, got);
+        CHECK_MSG(n_got == n_want && !memcmp(got, want, n_want * sizeof *want), "a new session after the refusal");
+    }
+    printf("test_arena: budget exhausted after %d more sessions: refused cleanly (%s)\n", n_more, err);
+    engine_session_free(again);
+    engine_session_free(first);
+    engine_model_free(m);
+}
+
+/*
+ * ENGINE_GPU_CYCLES (default 1000) cycles of model load, session, a short
+ * generation and free: the device memory the process holds does not grow.
+ */
+static void test_cycles(void)
+{
+    const char *v = getenv("ENGINE_GPU_CYCLES");
+    const long cycles = v && *v ? strtol(v, NULL, 10) : 1000;
+    const long warm = cycles / 10 > 0 ? cycles / 10 : 1;
+    uint64_t base = 0, high = 0;
+    for (long i = 0; i < cycles && !test_failures; i++) {
+        if (i == warm)
+            base = high = device_used();
+        engine_model *m = load_budget(64 * MiB);
+        char err[512];
+        engine_session *s = m ? new_session(m, 128, ENGINE_OK, err, sizeof err) : NULL;
+        int32_t out[64];
+        if (s)
+            greedy(s, out);
+        engine_session_free(s);
+        engine_model_free(m);
+        if (i >= warm) {
+            const uint64_t u = device_used();
+            high = u > high ? u : high;
+        }
+    }
+    printf("test_arena: %ld model/session cycles on the device: used %.1f MiB after warm-up, at most %.1f MiB\n",
+           cycles, base / (double)MiB, high / (double)MiB);
+    CHECK_MSG(high <= base + 2 * MiB, "device memory grew by %.1f MiB over %ld cycles", (high - base) / (double)MiB,
+              cycles);
+}
+
 int main(void)
 {
     int n = 0;
@@ -191,5 +309,7 @@ int main(void)
     test_arena_unit(false);
     test_arena_unit(true);
     test_engine_budget();
+    test_exhausted_mid_run();
+    test_cycles();
     return test_finish("test_arena");
 }

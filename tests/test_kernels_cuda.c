@@ -171,9 +171,21 @@ static void test_argmax(launch_ctx *lc)
         float *dx = dev_copy(x, (size_t)n);
         int32_t *dout = dev_alloc(sizeof(int32_t)), got = -1;
         void *scratch = dev_alloc(launch_argmax_scratch());
-        CHECK_MSG(launch_argmax(lc, dout, dx, n, scratch) == 0, "%s", lc->err);
+        CHECK_MSG(launch_argmax(lc, dout, dx, n, scratch, NULL) == 0, "%s", lc->err);
         cudaMemcpy(&got, dout, sizeof got, cudaMemcpyDeviceToHost);
         CHECK_MSG(got == want, "argmax n %d: %d, want %d", n, got, want);
+        /* The feed: token and ring[pos & 1] get the choice, pos advances, the other slot is kept. */
+        const int32_t pos0 = (int32_t)si + 40;
+        int32_t h[5] = {-1, pos0, -7, -7, -1}; /* token, pos, ring[2], out */
+        int32_t *dh = dev_alloc(sizeof h);
+        cudaMemcpy(dh, h, sizeof h, cudaMemcpyHostToDevice);
+        const argmax_feed feed = {dh, dh + 1, dh + 2};
+        CHECK_MSG(launch_argmax(lc, dh + 4, dx, n, scratch, &feed) == 0, "%s", lc->err);
+        cudaMemcpy(h, dh, sizeof h, cudaMemcpyDeviceToHost);
+        CHECK_MSG(h[0] == want && h[1] == pos0 + 1 && h[2 + (pos0 & 1)] == want && h[2 + !(pos0 & 1)] == -7 &&
+                      h[4] == want,
+                  "argmax feed n %d: token %d pos %d ring %d %d out %d", n, h[0], h[1], h[2], h[3], h[4]);
+        cudaFree(dh);
         cudaFree(dx), cudaFree(dout), cudaFree(scratch), free(x);
     }
 }

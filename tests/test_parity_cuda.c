@@ -191,6 +191,89 @@ static void sampled_generation(const char *path)
     engine_model_free(mg);
 }
 
+static int stop_after; /* the callback stops generation at this many tokens */
+static int stop_cb(int32_t id, const char *text, size_t len, void *user)
+{
+    (void)id, (void)text, (void)len;
+    return ++*(int *)user >= stop_after;
+}
+
+/*
+ * Greedy decoding on the GPU queues each step before the host has read the
+ * previous token, so a stop (the callback, the length, a full context)
+ * leaves one step queued that must not count: the session must end as the
+ * CPU's does, and continue (from the logits left, then with a token) alike.
+ */
+static void greedy_stops(const char *path)
+{
+    engine_model *mc = load(path, ENGINE_DEVICE_CPU, ENGINE_QUANT_NONE);
+    engine_model *mg = load(path, ENGINE_DEVICE_CUDA, ENGINE_QUANT_NONE);
+    engine_model_info info;
+    CHECK(engine_model_get_info(mc, &info) == ENGINE_OK);
+    const int vocab = info.vocab_size;
+    static const struct {
+        const char *what;
+        int n_ctx, n_predict, stop_after;
+    } cases[] = {{"callback at 5", 64, 40, 5}, {"callback at 1", 64, 40, 1}, {"length 7", 64, 7, 0},
+                 {"length 1", 64, 1, 0},       {"full context", 24, 100, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        engine_session *ss[2] = {NULL, NULL};
+        int32_t out[2][128];
+        size_t n[2] = {0, 0};
+        engine_generate_stats gs[2];
+        int n_past[2];
+        for (int b = 0; b < 2; b++) {
+            char err[512] = "";
+            engine_session_params sp = engine_session_default_params();
+            sp.n_ctx = cases[k].n_ctx;
+            CHECK_MSG(engine_session_create(b ? mg : mc, &sp, &ss[b], err, sizeof err) == ENGINE_OK, "%s", err);
+            engine_generate_params gp = engine_generate_default_params();
+            gp.sampling.temperature = 0.0f;
+            gp.n_predict = cases[k].n_predict;
+            int count = 0;
+            stop_after = cases[k].stop_after;
+            if (stop_after) {
+                gp.on_token = stop_cb;
+                gp.user = &count;
+            }
+            int32_t prompt[4] = {1, 403, 407, 261};
+            CHECK_MSG(engine_generate(ss[b], prompt, 4, &gp, out[b], 128, &n[b], &gs[b]) == ENGINE_OK, "%s",
+                      engine_session_last_error(ss[b]));
+            n_past[b] = engine_session_n_past(ss[b]);
+        }
+        CHECK_MSG(n[0] == n[1] && !memcmp(out[0], out[1], n[0] * sizeof out[0][0]) && gs[0].stop == gs[1].stop &&
+                      n_past[0] == n_past[1],
+                  "greedy %s: %zu / %zu tokens, stop %d / %d, n_past %d / %d", cases[k].what, n[0], n[1],
+                  (int)gs[0].stop, (int)gs[1].stop, n_past[0], n_past[1]);
+        /* Continuing from the logits left, where the context has room. */
+        if (n_past[0] < cases[k].n_ctx) {
+            engine_generate_params gp = engine_generate_default_params();
+            gp.sampling.temperature = 0.0f;
+            gp.n_predict = 6;
+            for (int b = 0; b < 2; b++)
+                CHECK_MSG(engine_generate(ss[b], NULL, 0, &gp, out[b], 128, &n[b], NULL) == ENGINE_OK, "%s",
+                          engine_session_last_error(ss[b]));
+            CHECK_MSG(n[0] == n[1] && n[0] > 0 && !memcmp(out[0], out[1], n[0] * sizeof out[0][0]),
+                      "greedy %s: continuation %zu / %zu tokens", cases[k].what, n[0], n[1]);
+        }
+        /* Then one token more, through eval: the same logits. */
+        if (engine_session_n_past(ss[0]) < cases[k].n_ctx) {
+            const float *l[2] = {NULL, NULL};
+            int32_t t = 300;
+            for (int b = 0; b < 2; b++)
+                CHECK(engine_session_eval(ss[b], &t, 1, &l[b]) == ENGINE_OK);
+            const double d = l[0] && l[1] ? rel_diff(l[1], l[0], vocab) : INFINITY;
+            CHECK_MSG(d < 1e-4, "greedy %s: logits after it differ by %.2e", cases[k].what, d);
+        }
+        printf("test_parity_cuda: greedy stop (%s): %zu tokens, n_past %d, identical\n", cases[k].what, n[0],
+               n_past[0]);
+        engine_session_free(ss[0]);
+        engine_session_free(ss[1]);
+    }
+    engine_model_free(mc);
+    engine_model_free(mg);
+}
+
 int main(void)
 {
     char path[1024];
@@ -212,6 +295,7 @@ int main(void)
         parity(name, test_data_path(path, sizeof path, "models/qwen2_bf16"), false, quants[i].q);
     }
     sampled_generation(test_src_path(path, sizeof path, "models/stories260K"));
+    greedy_stops(test_src_path(path, sizeof path, "models/stories260K"));
     static const struct {
         const char *name;
         bool fp32;

@@ -37,6 +37,20 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
                            err_buf *e);
 
 /*
+ * Greedy decoding with the device feeding each argmax back as the next
+ * step's input, so step k+1 is queued before the host reads token k:
+ * cuda_greedy_queue() queues one step at s->n_past plus those queued, of
+ * token id (id >= 0, nothing queued) or of the queued step's argmax
+ * (id < 0, one queued). cuda_greedy_take() waits for the oldest, accounts
+ * it (s->tokens, s->n_past) and gives its argmax. cuda_greedy_drop() waits
+ * for and discards what is queued (the KV rows it wrote are past n_past;
+ * the device logits are evaluated again when next needed).
+ */
+engine_status cuda_greedy_queue(engine_session *s, int32_t id, err_buf *e);
+engine_status cuda_greedy_take(engine_session *s, int32_t *next, err_buf *e);
+void cuda_greedy_drop(engine_session *s);
+
+/*
  * After cuda_forward: the sampling candidates of the last logits at this
  * temperature (see launch_sample_candidates), in pinned host buffers valid
  * until the next call. Returns how many, more than CAND_MAX (4096) when the

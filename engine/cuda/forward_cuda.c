@@ -9,7 +9,10 @@
  *   and an argmax, all captured once into a CUDA graph and replayed per
  *   token: the host launches one graph and waits once.
  * Positions and token ids live in device memory (cs->step), written by one
- * copy at the head of the step, so the graph never changes.
+ * copy at the head of the step, so the graph never changes. A second graph
+ * without that copy takes the token and position the previous step's
+ * argmax left there, so greedy decoding queues step k+1 before it reads
+ * token k (cuda_greedy_*): the GPU never waits for the host.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -76,8 +79,11 @@ static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *
     return launch_gemm(&cs->lc, y, accumulate, cs->act, dense, cs->cm->wt, n, rows, cols);
 }
 
-/* Logits of the last row of x, and their argmax into step[STEP_ARGMAX]. */
-static int head(cuda_session *cs, const engine_session *s, int n)
+/*
+ * Logits of the last row of x, and their argmax into step[STEP_ARGMAX]; a
+ * decode step (feed) also leaves it as the next step's input.
+ */
+static int head(cuda_session *cs, const engine_session *s, int n, bool feed)
 {
     const cfg_model *c = &s->model->cfg;
     launch_ctx *lc = &cs->lc;
@@ -85,7 +91,9 @@ static int head(cuda_session *cs, const engine_session *s, int n)
                    .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm, .eps = (float)c->rms_eps};
     set_mat(&g, &cs->cm->lm_head);
     TRY(launch_gemv(lc, &g));
-    return launch_argmax(lc, cs->step + STEP_ARGMAX, cs->logits, c->vocab_size, cs->argmax_scratch);
+    const argmax_feed f = {cs->step + STEP_TOKEN, cs->step + STEP_POS, cs->step + STEP_RING};
+    return launch_argmax(lc, cs->step + STEP_ARGMAX, cs->logits, c->vocab_size, cs->argmax_scratch,
+                         feed ? &f : NULL);
 }
 
 /* One token: every launch here is captured into the decode graph. */
@@ -120,7 +128,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
         set_mat(&down, &D->w_down);
         TRY(launch_gemv(lc, &down));
     }
-    return head(cs, s, 1);
+    return head(cs, s, 1, true);
 }
 
 /* A batch of n tokens at host position pos0 (prompt). */
@@ -155,20 +163,27 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
         if (D->b_down)
             TRY(launch_bias_add(lc, cs->x, D->b_down, n, dim));
     }
-    return head(cs, s, n);
+    return head(cs, s, n, false);
 }
 
-/* The decode graph: step ints in, the layers, argmax out. */
-static engine_status capture(cuda_session *cs, const engine_session *s, err_buf *e)
+/*
+ * A decode graph: the layers and the argmax, which leaves the next step's
+ * input on the device and its choice in ring slot pos & 1, copied out.
+ * With host_input the step's token and position are copied in first; the
+ * other graph takes what the previous step left.
+ */
+static engine_status capture(cuda_session *cs, const engine_session *s, bool host_input, cudaGraphExec_t *exec,
+                             err_buf *e)
 {
     cudaStream_t st = cs->lc.stream;
     cudaGraph_t g = NULL;
     cudaError_t ce = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
     if (ce != cudaSuccess)
         return err_set(e, ENGINE_ERR_CUDA, "CUDA graph capture: %s", cudaGetErrorString(ce));
-    cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    if (host_input)
+        cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
     int rc = decode_launches(cs, s);
-    cudaMemcpyAsync(cs->h_step + STEP_ARGMAX, cs->step + STEP_ARGMAX, sizeof(int32_t), cudaMemcpyDeviceToHost, st);
+    cudaMemcpyAsync(cs->h_step + STEP_RING, cs->step + STEP_RING, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, st);
     ce = cudaStreamEndCapture(st, &g);
     if (rc != 0) {
         if (g)
@@ -176,14 +191,50 @@ static engine_status capture(cuda_session *cs, const engine_session *s, err_buf 
         return cuda_launch_error(cs, e);
     }
     if (ce == cudaSuccess)
-        ce = cudaGraphInstantiate(&cs->graph, g, 0);
+        ce = cudaGraphInstantiate(exec, g, 0);
     if (g)
         cudaGraphDestroy(g);
     if (ce != cudaSuccess) {
-        cs->graph = NULL;
+        *exec = NULL;
         return err_set(e, ENGINE_ERR_CUDA, "CUDA graph: %s", cudaGetErrorString(ce));
     }
     return ENGINE_OK;
+}
+
+/*
+ * Queue one decode step at position pos, of token id or (id < 0) of the
+ * last step's argmax, and record its event. Nothing may be queued that has
+ * not yet read h_step when id >= 0 (the graph's first copy reads it).
+ */
+static engine_status launch_step(engine_session *s, int32_t id, int pos, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    cudaGraphExec_t *g = id >= 0 ? &cs->graph : &cs->graph_fb;
+    if (!*g && capture(cs, s, id >= 0, g, e) != ENGINE_OK)
+        return e->code;
+    if (id >= 0) {
+        cs->h_step[STEP_TOKEN] = id;
+        cs->h_step[STEP_POS] = pos;
+    }
+    cudaError_t ce = cudaGraphLaunch(*g, cs->lc.stream);
+    if (ce == cudaSuccess)
+        ce = cudaEventRecord(cs->step_done[pos & 1], cs->lc.stream);
+    return ce == cudaSuccess ? ENGINE_OK : err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+}
+
+/* The device logits after a dropped step are that step's: evaluate the last token again (same result). */
+static engine_status refresh_logits(engine_session *s, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    if (!cs->logits_stale)
+        return ENGINE_OK;
+    engine_status st = launch_step(s, s->tokens[s->n_past - 1], s->n_past - 1, e);
+    cudaError_t ce = st ? cudaSuccess : cudaStreamSynchronize(cs->lc.stream);
+    if (!st && ce != cudaSuccess)
+        st = err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+    if (!st)
+        cs->logits_stale = false;
+    return st;
 }
 
 engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool want_logits, int32_t *argmax,
@@ -191,14 +242,16 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
 {
     cuda_session *cs = s->cuda;
     cudaStream_t st = cs->lc.stream;
-    cudaError_t ce;
-    cs->h_step[STEP_TOKEN] = ids[0];
-    cs->h_step[STEP_POS] = s->n_past;
+    cudaError_t ce = cudaSuccess;
+    cuda_greedy_drop(s);
+    cs->logits_stale = false; /* this pass writes them */
     if (n == 1) {
-        if (!cs->graph && capture(cs, s, e) != ENGINE_OK)
-            return e->code;
-        ce = cudaGraphLaunch(cs->graph, st);
+        engine_status es = launch_step(s, ids[0], s->n_past, e);
+        if (es)
+            return es;
     } else {
+        cs->h_step[STEP_TOKEN] = ids[0];
+        cs->h_step[STEP_POS] = s->n_past;
         memcpy(cs->h_ids, ids, (size_t)n * sizeof *ids);
         ce = cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
         if (ce == cudaSuccess)
@@ -216,16 +269,63 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
         ce = cudaStreamSynchronize(st);
     if (ce != cudaSuccess)
         return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
-    s->n_past += n;
     if (argmax)
-        *argmax = cs->h_step[STEP_ARGMAX];
+        *argmax = n == 1 ? cs->h_step[STEP_RING + (s->n_past & 1)] : cs->h_step[STEP_ARGMAX];
+    s->n_past += n;
     return ENGINE_OK;
+}
+
+engine_status cuda_greedy_queue(engine_session *s, int32_t id, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    const int pos = s->n_past + cs->q_n;
+    if (cs->q_n != (id >= 0 ? 0 : 1) || pos >= s->n_ctx)
+        return err_set(e, ENGINE_ERR_INVALID_ARG, "greedy decode: cannot queue %s at position %d with %d queued",
+                       id >= 0 ? "a token" : "the next step", pos, cs->q_n);
+    engine_status st = launch_step(s, id, pos, e);
+    if (st)
+        return st;
+    cs->q_in[cs->q_n++] = id;
+    cs->logits_stale = false;
+    return ENGINE_OK;
+}
+
+engine_status cuda_greedy_take(engine_session *s, int32_t *next, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    if (cs->q_n == 0)
+        return err_set(e, ENGINE_ERR_INVALID_ARG, "greedy decode: nothing queued");
+    const int pos = s->n_past;
+    /* Only the oldest step is waited for; the one queued after it runs on. */
+    cudaError_t ce = cudaEventSynchronize(cs->step_done[pos & 1]);
+    if (ce != cudaSuccess) {
+        cuda_greedy_drop(s);
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+    }
+    s->tokens[pos] = cs->q_in[0] >= 0 ? cs->q_in[0] : cs->last_out;
+    cs->last_out = *next = cs->h_step[STEP_RING + (pos & 1)];
+    cs->q_in[0] = cs->q_in[1];
+    cs->q_n--;
+    s->n_past++;
+    return ENGINE_OK;
+}
+
+void cuda_greedy_drop(engine_session *s)
+{
+    cuda_session *cs = s->cuda;
+    if (cs->q_n == 0)
+        return;
+    cudaStreamSynchronize(cs->lc.stream);
+    cs->q_n = 0;
+    cs->logits_stale = true;
 }
 
 int cuda_sample_candidates(engine_session *s, float temperature, const int32_t **ids, const float **vals, err_buf *e)
 {
     cuda_session *cs = s->cuda;
     cudaStream_t st = cs->lc.stream;
+    if (refresh_logits(s, e) != ENGINE_OK)
+        return -1;
     if (launch_sample_candidates(&cs->lc, cs->logits, s->model->cfg.vocab_size, temperature, CAND_MAX,
                                  cs->step + STEP_COUNT, cs->cand_ids, cs->cand_vals) != 0) {
         cuda_launch_error(cs, e);
@@ -256,6 +356,8 @@ int cuda_sample_candidates(engine_session *s, float temperature, const int32_t *
 engine_status cuda_copy_logits(engine_session *s, err_buf *e)
 {
     cuda_session *cs = s->cuda;
+    if (refresh_logits(s, e) != ENGINE_OK)
+        return e->code;
     cudaError_t ce = cudaMemcpyAsync(s->logits, cs->logits, (size_t)s->model->cfg.vocab_size * sizeof(float),
                                      cudaMemcpyDeviceToHost, cs->lc.stream);
     if (ce == cudaSuccess)

@@ -87,6 +87,8 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     layout(cs, s, cs->act_region);
 
     cudaError_t ce = cudaStreamCreateWithFlags(&cs->lc.stream, cudaStreamNonBlocking);
+    for (int i = 0; i < 2 && ce == cudaSuccess; i++)
+        ce = cudaEventCreateWithFlags(&cs->step_done[i], cudaEventDisableTiming);
     if (ce == cudaSuccess)
         ce = cudaMallocHost((void **)&cs->h_ids, (size_t)s->n_batch * sizeof(int32_t));
     if (ce == cudaSuccess)
@@ -132,6 +134,11 @@ void cuda_session_free(cuda_session *cs)
         cudaStreamSynchronize(cs->lc.stream);
     if (cs->graph)
         cudaGraphExecDestroy(cs->graph);
+    if (cs->graph_fb)
+        cudaGraphExecDestroy(cs->graph_fb);
+    for (int i = 0; i < 2; i++)
+        if (cs->step_done[i])
+            cudaEventDestroy(cs->step_done[i]);
     launch_gemm_destroy(&cs->lc);
     if (cs->lc.stream)
         cudaStreamDestroy(cs->lc.stream);

@@ -60,8 +60,13 @@ struct cuda_model {
     double upload_seconds;
 };
 
-/* Device ints a decode step reads and writes; one copy in, one copy out. */
-enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_COUNT = 3, STEP_INTS = 4 };
+/*
+ * Device ints a decode step reads and writes: its input token and position
+ * (one copy in, or left there by the previous step's argmax), the argmax,
+ * the sampling candidates' count, and the two-slot ring each decode step
+ * writes its argmax to (slot pos & 1; one copy out).
+ */
+enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_COUNT = 3, STEP_RING = 4, STEP_INTS = 8 };
 _Static_assert(STEP_INTS == PLAN_STEP_INTS, "the planner sizes the step ints");
 #define CAND_MAX PLAN_CAND_MAX /* sampling candidates copied to the host at most */
 
@@ -94,8 +99,15 @@ struct cuda_session {
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
     int n_splits;         /* decode attention splits                     */
-    cudaGraphExec_t graph;/* one decode step; NULL until first used       */
+    cudaGraphExec_t graph;/* one decode step of a host token; NULL until first used */
+    cudaGraphExec_t graph_fb; /* one decode step of the device's last argmax */
     uint64_t kv_bytes, act_bytes;
+    /* Pipelined greedy decode (cuda_greedy_*): evaluations queued, not yet taken. */
+    int q_n;              /* 0..2                                        */
+    int32_t q_in[2];      /* their input token; -1: the previous one's argmax */
+    int32_t last_out;     /* the argmax of the last evaluation taken     */
+    cudaEvent_t step_done[2]; /* recorded after the decode step at position p, in [p & 1] */
+    bool logits_stale;    /* the device logits are a dropped evaluation's */
 };
 
 /* engine_status for a failed launcher, naming the op (the message is in lc.err). */

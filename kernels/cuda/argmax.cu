@@ -5,6 +5,10 @@
  * block reading a 128K vocabulary took 54 us per token on an H100, more
  * than a 1B model's whole attention.) Ties go to the lowest index, as in
  * the CPU sampler.
+ *
+ * With a feed, the choice also becomes the next decode step's input on the
+ * device (token, position + 1, and a two-slot ring the host reads), so the
+ * next step can be queued before the host has seen this one's token.
  */
 #include "common.cuh"
 
@@ -53,12 +57,20 @@ __global__ void k_argmax_blocks(best_t *partial, const float *x, int n)
         partial[blockIdx.x] = b;
 }
 
-__global__ void k_argmax_final(int32_t *out, const best_t *partial, int blocks)
+__global__ void k_argmax_final(int32_t *out, const best_t *partial, int blocks, argmax_feed feed)
 {
     best_t b = threadIdx.x < blocks ? partial[threadIdx.x] : best_t{-INFINITY, 0x7fffffff};
     b = block_best(b);
-    if (threadIdx.x == 0)
-        *out = b.i == 0x7fffffff ? 0 : b.i;
+    if (threadIdx.x == 0) {
+        const int32_t best = b.i == 0x7fffffff ? 0 : b.i;
+        *out = best;
+        if (feed.token) {
+            const int32_t pos = *feed.pos;
+            feed.ring[pos & 1] = best;
+            *feed.token = best;
+            *feed.pos = pos + 1;
+        }
+    }
 }
 
 extern "C" size_t launch_argmax_scratch(void)
@@ -66,13 +78,17 @@ extern "C" size_t launch_argmax_scratch(void)
     return ARGMAX_BLOCKS * sizeof(best_t);
 }
 
-extern "C" int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n, void *scratch)
+extern "C" int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n, void *scratch,
+                             const argmax_feed *feed)
 {
-    if (!out || !x || !scratch || n <= 0)
+    const argmax_feed none = {NULL, NULL, NULL};
+    if (!feed)
+        feed = &none;
+    if (!out || !x || !scratch || n <= 0 || (feed->token && (!feed->pos || !feed->ring)))
         return launch_fail(c, "argmax: bad arguments (n %d)", n);
     const int blocks = (int)(ceil_div(n, ARGMAX_THREADS) < ARGMAX_BLOCKS ? ceil_div(n, ARGMAX_THREADS) : ARGMAX_BLOCKS);
     best_t *partial = static_cast<best_t *>(scratch);
     k_argmax_blocks<<<blocks, ARGMAX_THREADS, 0, c->stream>>>(partial, x, n);
-    k_argmax_final<<<1, ARGMAX_BLOCKS, 0, c->stream>>>(out, partial, blocks);
+    k_argmax_final<<<1, ARGMAX_BLOCKS, 0, c->stream>>>(out, partial, blocks, *feed);
     return launch_check(c, "argmax");
 }
