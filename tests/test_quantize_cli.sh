@@ -7,9 +7,9 @@
 # folder behind (a failed write past a file-size limit included) and
 # never touches an existing OUT.
 # infer runs with --device cpu, so the test holds on GPU machines too.
-# usage: test_quantize_cli.sh QUANTIZE INFER REPO_ROOT
+# usage: test_quantize_cli.sh QUANTIZE INFER REPO_ROOT [DISK_FULL_PRELOAD]
 set -u
-QUANTIZE=$1 INFER=$2 ROOT=$3
+QUANTIZE=$1 INFER=$2 ROOT=$3 DISK_FULL=${4:-}
 MODEL=$ROOT/models/stories260K
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -141,6 +141,25 @@ grep -q "^quantize: .*model.safetensors: cannot write: File too large" "$T/e" ||
   fail "over the file-size limit: $(cat "$T/e")"
 [ -e "$T/big" ] && fail "over the file-size limit: left OUT behind"
 ls -d "$T"/big.tmp-* >/dev/null 2>&1 && fail "over the file-size limit: left a temporary folder behind"
+
+# The disk full midway (pwrite fails with ENOSPC after 100 KB, below the
+# 0.4 MB output; a preload library stands in for a full file system): one
+# line naming the file, exit 1, nothing left behind.
+if [ -n "$DISK_FULL" ]; then
+  LD_PRELOAD=$DISK_FULL ENGINE_FAULT_DISK_BYTES=100000 ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    "$QUANTIZE" "$MODEL" "$T/full" --type int8 -q >"$T/o" 2>"$T/e"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "disk full: exit $rc, want 1: $(cat "$T/e")"
+  grep -q "^quantize: .*model.safetensors: .*No space left on device$" "$T/e" ||
+    fail "disk full: $(cat "$T/e")"
+  [ "$(wc -l <"$T/e")" -eq 1 ] || fail "disk full: more than one line: $(cat "$T/e")"
+  [ -e "$T/full" ] && fail "disk full: left OUT behind"
+  ls -d "$T"/full.tmp-* >/dev/null 2>&1 && fail "disk full: left a temporary folder behind"
+  # The same library with room to spare: the run completes (the shim itself is sound).
+  LD_PRELOAD=$DISK_FULL ENGINE_FAULT_DISK_BYTES=100000000 ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    "$QUANTIZE" "$MODEL" "$T/roomy" --type int8 -q >"$T/o" 2>"$T/e" || fail "disk with room: $(cat "$T/e")"
+  [ -f "$T/roomy/model.safetensors" ] || fail "disk with room: no output"
+fi
 
 # An existing OUT is refused and left as it was.
 mkdir "$T/exists"
