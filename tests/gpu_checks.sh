@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# gpu_checks.sh: the GPU half of the test suite, for the GPU machine (CI has
+# no GPU): every GPU test, then compute-sanitizer memcheck and racecheck on
+# the kernel tests and on end-to-end runs (greedy through the decode graph,
+# sampled), memcheck on the parity and arena tests.
+#   tests/gpu_checks.sh [BIN_DIR]   (a build folder, or one folder holding
+#                                    infer and the test binaries; default build)
+# Exits non-zero if any test fails or a sanitizer reports an error.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${1:-$ROOT/build}
+export ENGINE_SOURCE_DIR=$ROOT ENGINE_TEST_DATA=${ENGINE_TEST_DATA:-$ROOT/tests/data}
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+bin() { [ -x "$B/tests/$1" ] && echo "$B/tests/$1" || echo "$B/$1"; }
+fails=0
+check() { # NAME COMMAND...: run, print one status line, keep the log's tail on failure
+  local name=$1 log; shift
+  log=$(mktemp)
+  local t0=$SECONDS
+  "$@" >"$log" 2>&1
+  local rc=$?
+  echo "$name: rc=$rc ($((SECONDS - t0)) s)"
+  if [ "$rc" -ne 0 ]; then tail -20 "$log"; fails=$((fails + 1)); fi
+  rm -f "$log"
+}
+for t in test_kernels_cuda test_arena test_parity_cuda test_plan_cuda; do check "$t" "$(bin $t)"; done
+check test_model_cuda env ENGINE_TEST_DEVICE=cuda "$(bin test_model)"
+M=$ROOT/models/stories260K
+for tool in memcheck racecheck; do
+  check "$tool infer greedy" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40
+  check "$tool infer sampled" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40 --temp 0.8 --top-p 0.9
+  check "$tool test_kernels_cuda" "$CS" --tool $tool --error-exitcode 9 "$(bin test_kernels_cuda)"
+done
+check "memcheck test_parity_cuda" "$CS" --tool memcheck --error-exitcode 9 "$(bin test_parity_cuda)"
+check "memcheck test_plan_cuda" "$CS" --tool memcheck --error-exitcode 9 "$(bin test_plan_cuda)"
+check "memcheck test_arena (20 cycles)" env ENGINE_GPU_CYCLES=20 "$CS" --tool memcheck --error-exitcode 9 "$(bin test_arena)"
+echo "gpu_checks: $fails failure(s)"
+[ "$fails" -eq 0 ]
