@@ -208,7 +208,7 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
     b.rope_cos = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
     b.rope_sin = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
     b.argmax_scratch = carve(base, &off, argmax_bytes, PLAN_ALIGN);
-    b.deq = carve(base, &off, 2 * deq_elems * ws, PLAN_ALIGN); /* two: one decodes while one multiplies */
+    b.deq = carve(base, &off, deq_elems * ws, PLAN_ALIGN);
     b.ids = carve(base, &off, nb * sizeof(int32_t), PLAN_ALIGN);
     b.cand_ids = carve(base, &off, PLAN_CAND_MAX * sizeof(int32_t), PLAN_ALIGN);
     b.cand_vals = carve(base, &off, PLAN_CAND_MAX * sizeof(float), PLAN_ALIGN);

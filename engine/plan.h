@@ -56,7 +56,7 @@ typedef struct plan_session_bufs {
     void *rope_cos;  /* [n_ctx, hd / 2] f32                     */
     void *rope_sin;  /* [n_ctx, hd / 2] f32                     */
     void *argmax_scratch;
-    void *deq;       /* [2, deq_elems] wt: quantized matrices decoded for prefill */
+    void *deq;       /* [deq_elems] wt: a quantized matrix decoded for prefill */
     void *ids;       /* [n_batch] int32                         */
     void *cand_ids;  /* [PLAN_CAND_MAX] int32                   */
     void *cand_vals; /* [PLAN_CAND_MAX] f32                     */

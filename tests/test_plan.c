@@ -307,29 +307,29 @@ static void test_refusal(void)
     engine_model *m = synth(&LLAMA_8B);
     char err[512], want[64];
     engine_status st;
-    engine_plan *p = plan_of(m, (uint64_t)(3.35 * GiB), 16384, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    engine_plan *p = plan_of(m, (uint64_t)(3.25 * GiB), 16384, ENGINE_QUANT_NONE, &st, err, sizeof err);
     CHECK(st == ENGINE_ERR_OVER_BUDGET && p);
     const engine_plan_totals *t = engine_plan_get_totals(p);
-    CHECK(!t->fits && t->tokens_per_second == 0 && t->free_bytes == 0 && t->minimum > 3.35 * GiB);
+    CHECK(!t->fits && t->tokens_per_second == 0 && t->free_bytes == 0 && t->minimum > 3.25 * GiB);
     snprintf(want, sizeof want, "needs at least %.2f GiB", t->minimum / (double)GiB);
     CHECK_MSG(strstr(err, want) != NULL, "'%s' lacks '%s'", err, want);
-    CHECK_MSG(strstr(err, "--ctx 16384") && strstr(err, "3.35 GiB"), "%s", err);
+    CHECK_MSG(strstr(err, "--ctx 16384") && strstr(err, "3.25 GiB"), "%s", err);
     /* The suggested context fits and one more token does not. */
     const int ctx = t->max_ctx_that_fits;
     snprintf(want, sizeof want, "fits with --ctx %d", ctx);
     CHECK_MSG(ctx > 0 && ctx < 16384 && strstr(err, want), "max ctx %d: %s", ctx, err);
-    engine_plan *q = plan_of(m, (uint64_t)(3.35 * GiB), ctx, ENGINE_QUANT_NONE, &st, NULL, 0);
+    engine_plan *q = plan_of(m, (uint64_t)(3.25 * GiB), ctx, ENGINE_QUANT_NONE, &st, NULL, 0);
     CHECK(st == ENGINE_OK);
     engine_plan_free(q);
-    q = plan_of(m, (uint64_t)(3.35 * GiB), ctx + 1, ENGINE_QUANT_NONE, &st, NULL, 0);
+    q = plan_of(m, (uint64_t)(3.25 * GiB), ctx + 1, ENGINE_QUANT_NONE, &st, NULL, 0);
     CHECK(st == ENGINE_ERR_OVER_BUDGET);
     engine_plan_free(q);
     /* A quantized format that fits at this context is named, with its minimum, and does fit. */
     CHECK_MSG(strstr(err, "--quant ") != NULL, "%s", err);
     const char *name = strstr(err, "--quant ") ? strstr(err, "--quant ") + 8 : "";
     engine_quant qq = !strncmp(name, "int8", 4) ? ENGINE_QUANT_INT8 : ENGINE_QUANT_NF4;
-    q = plan_of(m, (uint64_t)(3.35 * GiB), 16384, qq, &st, NULL, 0);
-    CHECK_MSG(st == ENGINE_OK, "%s", err);
+    q = plan_of(m, (uint64_t)(3.25 * GiB), 16384, qq, &st, NULL, 0);
+    CHECK(st == ENGINE_OK);
     engine_plan_free(q);
     engine_plan_free(p);
 

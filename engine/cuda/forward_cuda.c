@@ -64,80 +64,19 @@ static void set_mat(gemv_args *g, const cuda_mat *w)
 }
 
 /*
- * Product k of a prefill pass (4 a layer: q/k/v, output, gate/up, down):
- * its matrix and shape.
- */
-static const cuda_mat *pass_mat(const cuda_session *cs, int k, int *rows, int *cols)
-{
-    const cfg_model *c = cs->cfg;
-    const int qd = c->n_heads * c->head_dim, qkvd = qd + 2 * c->n_kv_heads * c->head_dim;
-    const cuda_layer *D = &cs->cm->layers[k / 4];
-    switch (k % 4) {
-    case 0: *rows = qkvd, *cols = c->dim; return &D->wqkv;
-    case 1: *rows = c->dim, *cols = qd; return &D->wo;
-    case 2: *rows = 2 * c->ffn_dim, *cols = c->dim; return &D->w_gu;
-    default: *rows = c->dim, *cols = c->ffn_dim; return &D->w_down;
-    }
-}
-
-static void *deq_buf(const cuda_session *cs, int b)
-{
-    return (char *)cs->deq + (size_t)b * cs->cm->deq_elems * k_dtype_size(cs->cm->wt);
-}
-
-/*
- * Queue the decoding of the pass's next quantized matrix on the decoding
- * stream, into buffer deq_issued & 1 once the product that last read that
- * buffer is done.
- */
-static int decode_ahead(cuda_session *cs)
-{
-    int rows = 0, cols = 0;
-    const cuda_mat *w = NULL;
-    while (!w && cs->deq_scan < 4 * cs->cfg->n_layers) {
-        const cuda_mat *m = pass_mat(cs, cs->deq_scan++, &rows, &cols);
-        if (k_dtype_is_quant(m->t))
-            w = m;
-    }
-    if (!w)
-        return 0;
-    const int b = cs->deq_issued & 1;
-    if (cudaStreamWaitEvent(cs->deq_lc.stream, cs->deq_free[b], 0) != cudaSuccess)
-        return launch_fail(&cs->lc, "prefill decoding: %s", cudaGetErrorString(cudaGetLastError()));
-    gemv_args g = {.rows = rows, .cols = cols};
-    set_mat(&g, w);
-    if (launch_dequant(&cs->deq_lc, deq_buf(cs, b), cs->cm->wt, &g) != 0)
-        return launch_fail(&cs->lc, "%s", cs->deq_lc.err);
-    if (cudaEventRecord(cs->deq_ready[b], cs->deq_lc.stream) != cudaSuccess)
-        return launch_fail(&cs->lc, "prefill decoding: %s", cudaGetErrorString(cudaGetLastError()));
-    cs->deq_mat[b] = w;
-    cs->deq_issued++;
-    return 0;
-}
-
-/*
- * y[n, rows] (+)= act[n, cols] . W^T through cuBLASLt. A quantized W was
- * decoded into a scratch buffer (in the dense type) on the decoding stream,
- * and the next one starts decoding into the other buffer while this product
- * runs: decoding is bound by memory, the product by arithmetic.
+ * y[n, rows] (+)= act[n, cols] . W^T through cuBLASLt; a quantized W is
+ * decoded into the session's scratch (in the dense type) first.
  */
 static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *w, int n, int rows, int cols)
 {
-    if (!k_dtype_is_quant(w->t))
-        return launch_gemm(&cs->lc, y, accumulate, cs->act, w->w, cs->cm->wt, n, rows, cols);
-    if (cs->deq_issued == cs->deq_used)
-        TRY(decode_ahead(cs));
-    const int b = cs->deq_used & 1;
-    if (cs->deq_mat[b] != w)
-        return launch_fail(&cs->lc, "prefill: quantized matrices decoded out of order");
-    TRY(decode_ahead(cs));
-    if (cudaStreamWaitEvent(cs->lc.stream, cs->deq_ready[b], 0) != cudaSuccess)
-        return launch_fail(&cs->lc, "prefill: %s", cudaGetErrorString(cudaGetLastError()));
-    TRY(launch_gemm(&cs->lc, y, accumulate, cs->act, deq_buf(cs, b), cs->cm->wt, n, rows, cols));
-    if (cudaEventRecord(cs->deq_free[b], cs->lc.stream) != cudaSuccess)
-        return launch_fail(&cs->lc, "prefill: %s", cudaGetErrorString(cudaGetLastError()));
-    cs->deq_used++;
-    return 0;
+    const void *dense = w->w;
+    if (k_dtype_is_quant(w->t)) {
+        gemv_args g = {.rows = rows, .cols = cols};
+        set_mat(&g, w);
+        TRY(launch_dequant(&cs->lc, cs->deq, cs->cm->wt, &g));
+        dense = cs->deq;
+    }
+    return launch_gemm(&cs->lc, y, accumulate, cs->act, dense, cs->cm->wt, n, rows, cols);
 }
 
 /*
@@ -203,7 +142,6 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
     const int ffn = c->ffn_dim;
     const float eps = (float)c->rms_eps;
 
-    cs->deq_issued = cs->deq_used = cs->deq_scan = 0;
     TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->ids, n, dim));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->cm->layers[l];

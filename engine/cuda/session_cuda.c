@@ -52,7 +52,6 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     if (!cs)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     cs->cm = m->cuda;
-    cs->cfg = &m->cfg;
     cs->lc.n_sms = cs->cm->n_sms;
     cs->lc.workspace_bytes = WORKSPACE_BYTES;
     /* Decode attention splits each kv head's keys among the blocks of a
@@ -88,16 +87,8 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     layout(cs, s, cs->act_region);
 
     cudaError_t ce = cudaStreamCreateWithFlags(&cs->lc.stream, cudaStreamNonBlocking);
-    if (ce == cudaSuccess)
-        ce = cudaStreamCreateWithFlags(&cs->deq_lc.stream, cudaStreamNonBlocking);
-    cs->deq_lc.n_sms = cs->lc.n_sms;
-    for (int i = 0; i < 2 && ce == cudaSuccess; i++) {
+    for (int i = 0; i < 2 && ce == cudaSuccess; i++)
         ce = cudaEventCreateWithFlags(&cs->step_done[i], cudaEventDisableTiming);
-        if (ce == cudaSuccess)
-            ce = cudaEventCreateWithFlags(&cs->deq_ready[i], cudaEventDisableTiming);
-        if (ce == cudaSuccess)
-            ce = cudaEventCreateWithFlags(&cs->deq_free[i], cudaEventDisableTiming);
-    }
     if (ce == cudaSuccess)
         ce = cudaMallocHost((void **)&cs->h_ids, (size_t)s->n_batch * sizeof(int32_t));
     if (ce == cudaSuccess)
@@ -145,18 +136,9 @@ void cuda_session_free(cuda_session *cs)
         cudaGraphExecDestroy(cs->graph);
     if (cs->graph_fb)
         cudaGraphExecDestroy(cs->graph_fb);
-    if (cs->deq_lc.stream) {
-        cudaStreamSynchronize(cs->deq_lc.stream);
-        cudaStreamDestroy(cs->deq_lc.stream);
-    }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++)
         if (cs->step_done[i])
             cudaEventDestroy(cs->step_done[i]);
-        if (cs->deq_ready[i])
-            cudaEventDestroy(cs->deq_ready[i]);
-        if (cs->deq_free[i])
-            cudaEventDestroy(cs->deq_free[i]);
-    }
     launch_gemm_destroy(&cs->lc);
     if (cs->lc.stream)
         cudaStreamDestroy(cs->lc.stream);

@@ -72,7 +72,6 @@ _Static_assert(STEP_INTS == PLAN_STEP_INTS, "the planner sizes the step ints");
 
 struct cuda_session {
     cuda_model *cm;
-    const cfg_model *cfg; /* the model's shape                           */
     launch_ctx lc;        /* stream, cuBLASLt handle, workspace          */
     void *kv;             /* arena region: k_cache and v_cache           */
     void *act_region;     /* arena region: everything below but the KV   */
@@ -89,7 +88,7 @@ struct cuda_session {
     float *logits;        /* [vocab]                                     */
     float *rope_cos;      /* [n_ctx, hd/2]                               */
     float *rope_sin;      /* [n_ctx, hd/2]                               */
-    void *deq;            /* [2, cm->deq_elems] wt: quantized matrices decoded for prefill */
+    void *deq;            /* [cm->deq_elems] wt: a quantized matrix decoded for prefill */
     void *argmax_scratch; /* launch_argmax_scratch() bytes               */
     int32_t *ids;         /* [n_batch]                                   */
     int32_t *cand_ids;    /* [CAND_MAX] sampling candidates              */
@@ -108,13 +107,6 @@ struct cuda_session {
     int32_t q_in[2];      /* their input token; -1: the previous one's argmax */
     int32_t last_out;     /* the argmax of the last evaluation taken     */
     cudaEvent_t step_done[2]; /* recorded after the decode step at position p, in [p & 1] */
-    /* Prefill with quantized weights: matrix k + 1 of a pass is decoded on
-     * its own stream into deq buffer (k + 1) & 1 while matrix k multiplies. */
-    launch_ctx deq_lc;    /* the decoding stream (n_sms as lc's)          */
-    cudaEvent_t deq_ready[2], deq_free[2];
-    const cuda_mat *deq_mat[2]; /* what each buffer holds (or is decoding) */
-    int deq_issued, deq_used;   /* this pass: matrices queued to decode, multiplied */
-    int deq_scan;         /* the pass's next product (4 a layer) to look at */
     bool logits_stale;    /* the device logits are a dropped evaluation's */
 };
 
