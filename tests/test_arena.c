@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -246,6 +247,8 @@ static void test_exhausted_mid_run(void)
     CHECK_MSG(st == ENGINE_ERR_OVER_BUDGET && strstr(err, "budget") && strstr(err, "in use"),
               "after %d more sessions: status %d, %s", n_more, (int)st, err);
     CHECK_MSG(!strchr(err, '\n'), "the error is one line: %s", err);
+    char refusal[512];
+    snprintf(refusal, sizeof refusal, "%s", err);
     if (first) {
         engine_session_reset(first);
         const size_t n_got = greedy(first, got);
@@ -259,7 +262,7 @@ static void test_exhausted_mid_run(void)
         const size_t n_got = greedy(again, got);
         CHECK_MSG(n_got == n_want && !memcmp(got, want, n_want * sizeof *want), "a new session after the refusal");
     }
-    printf("test_arena: budget exhausted after %d more sessions: refused cleanly (%s)\n", n_more, err);
+    printf("test_arena: budget exhausted after %d more sessions: refused cleanly (%s)\n", n_more, refusal);
     engine_session_free(again);
     engine_session_free(first);
     engine_model_free(m);

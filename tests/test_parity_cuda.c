@@ -241,6 +241,7 @@ static void greedy_stops(const char *path)
                       engine_session_last_error(ss[b]));
             n_past[b] = engine_session_n_past(ss[b]);
         }
+        const size_t n_first = n[0];
         CHECK_MSG(n[0] == n[1] && !memcmp(out[0], out[1], n[0] * sizeof out[0][0]) && gs[0].stop == gs[1].stop &&
                       n_past[0] == n_past[1],
                   "greedy %s: %zu / %zu tokens, stop %d / %d, n_past %d / %d", cases[k].what, n[0], n[1],
@@ -265,8 +266,8 @@ static void greedy_stops(const char *path)
             const double d = l[0] && l[1] ? rel_diff(l[1], l[0], vocab) : INFINITY;
             CHECK_MSG(d < 1e-4, "greedy %s: logits after it differ by %.2e", cases[k].what, d);
         }
-        printf("test_parity_cuda: greedy stop (%s): %zu tokens, n_past %d, identical\n", cases[k].what, n[0],
-               n_past[0]);
+        printf("test_parity_cuda: greedy stop (%s): %zu tokens, n_past %d, then continued: identical\n",
+               cases[k].what, n_first, n_past[0]);
         engine_session_free(ss[0]);
         engine_session_free(ss[1]);
     }
