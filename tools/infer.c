@@ -45,9 +45,12 @@ static const char USAGE[] =
     "                        int8, int8-g128, nf4, nf4-dq (double-quantized absmax), fp4\n"
     "  --vram SIZE           most device memory to use, e.g. 8G, 7.5G, 800M\n"
     "                        (default: the device's free memory less 512 MiB)\n"
+    "  --stream-layers N     stream at least N layers from host memory even where they would\n"
+    "                        fit (measurements; default 0: what the budget needs)\n"
     "  --dry-run             print where each layer would live under --vram (resident on the\n"
     "                        GPU or streamed from host memory) and exit; needs no GPU\n"
-    "  --report              print that plan on stderr before generating\n"
+    "  --report              print that plan on stderr before generating, and after it the\n"
+    "                        measured copy and compute time of streamed layers and their overlap\n"
     "output:\n"
     "  --json                print one JSON object (ids, text, timings; with --dry-run the plan)\n"
     "  -v, --verbose         log what the engine does on stderr\n"
@@ -156,36 +159,20 @@ static const char *stop_name(engine_stop_reason r)
     }
 }
 
-/*
- * --report without --vram: plan the loaded model for the budget its GPU
- * session was given (the arena's, plus the CUDA context), on stderr.
- */
-static void report_loaded(const engine_model *model, const engine_session *sess, const char *path)
+/* --report without --vram: the plan the GPU model was placed by, on stderr. */
+static void report_loaded(const engine_model *model, const char *path)
 {
-    engine_memory_report mem;
-    engine_model_info info;
-    engine_model_get_info(model, &info);
-    engine_session_memory(sess, &mem);
-    if (info.device != ENGINE_DEVICE_CUDA || !mem.device_budget) {
-        fprintf(stderr, "infer: --report: running on the CPU; give --vram SIZE to plan for a GPU\n");
-        return;
-    }
-    engine_plan_params pp = engine_plan_default_params();
-    pp.vram_budget = mem.device_budget + pp.cuda_context_bytes;
-    pp.n_ctx = engine_session_n_ctx(sess);
-    engine_plan *plan = NULL;
-    char err[512] = "";
-    if (engine_plan_create(model, &pp, &plan, err, sizeof err) == ENGINE_OK)
+    const engine_plan *plan = engine_model_plan(model);
+    if (plan)
         plan_print_text(stderr, plan, path);
     else
-        fprintf(stderr, "infer: --report: %s\n", err);
-    engine_plan_free(plan);
+        fprintf(stderr, "infer: --report: running on the CPU; give --vram SIZE to plan for a GPU\n");
 }
 
 /* The numeric options: name, range, and the field each sets. */
 typedef enum opt_field {
     OPT_N_PREDICT, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
-    OPT_CTX, OPT_THREADS
+    OPT_CTX, OPT_THREADS, OPT_STREAM_LAYERS
 } opt_field;
 
 typedef struct number_option {
@@ -206,6 +193,7 @@ static const number_option NUMBER_OPTIONS[] = {
     {"--seed", NULL, OPT_SEED, 'u', 0, 0},
     {"--ctx", NULL, OPT_CTX, 'i', 1, 1 << 24},
     {"--threads", NULL, OPT_THREADS, 'i', 1, 4096},
+    {"--stream-layers", NULL, OPT_STREAM_LAYERS, 'i', 0, 1 << 20},
 };
 
 static const number_option *find_number_option(const char *a)
@@ -238,6 +226,7 @@ static int parse_number_option(const number_option *opt, const char *v, engine_m
     case OPT_SEED: gp->sampling.seed = u; break;
     case OPT_CTX: sp->n_ctx = (int)l; break;
     case OPT_THREADS: mp->n_threads = (int)l; break;
+    case OPT_STREAM_LAYERS: mp->min_layers_streamed = (int)l; break;
     }
     return 0;
 }
@@ -331,6 +320,7 @@ int main(int argc, char **argv)
         gp.sampling.seed = (uint64_t)time(NULL);
     mp.log = log_to_stderr;
     mp.log_user = &verbose;
+    mp.n_ctx = sp.n_ctx; /* the device placement leaves room for this context */
     if (dry_run && !mp.vram_budget) {
         fprintf(stderr, "infer: --dry-run needs --vram SIZE, the device memory to plan for\n");
         return 2;
@@ -418,7 +408,7 @@ int main(int argc, char **argv)
         goto done;
     }
     if (report && !mp.vram_budget)
-        report_loaded(model, sess, model_path);
+        report_loaded(model, model_path);
     if (n_prompt > (size_t)engine_session_n_ctx(sess)) {
         fprintf(stderr, "infer: the prompt has %zu tokens but the context holds %d (raise --ctx)\n", n_prompt,
                 engine_session_n_ctx(sess));
@@ -466,6 +456,13 @@ int main(int argc, char **argv)
     engine_memory_report mem;
     engine_session_memory(sess, &mem);
     const int on_gpu = info.device == ENGINE_DEVICE_CUDA;
+    /* After generating: what streaming measured (three decode steps timed one by one). */
+    engine_offload_report off;
+    const int have_off = report && on_gpu && engine_session_offload(sess, 3, &off) == ENGINE_OK;
+    if (have_off && !json) {
+        const engine_plan *plan = engine_model_plan(model);
+        offload_print_text(stderr, &off, plan ? engine_plan_get_totals(plan)->pcie_gbps : ENGINE_PLAN_PCIE_GBPS);
+    }
     const double pps = stats.prompt_seconds > 0 ? stats.n_prompt / stats.prompt_seconds : 0.0;
     const double gps = stats.gen_seconds > 0 && stats.n_generated > 1 ? (stats.n_generated - 1) / stats.gen_seconds
                                                                         : 0.0;
@@ -483,6 +480,10 @@ int main(int argc, char **argv)
                "\"generate_seconds\":%.6f,\"generated_tokens_per_second\":%.3f}",
                stats.prompt_seconds, pps, stats.gen_seconds, gps);
         printf(",\"device\":\"%s\"", on_gpu ? "cuda" : "cpu");
+        if (have_off) {
+            printf(",\"offload\":");
+            offload_print_json(stdout, &off);
+        }
         printf(",\"memory\":{\"weights_mapped\":%llu,\"kv_cache\":%llu,\"activations\":%llu,\"host_total\":%llu,"
                "\"device_in_use\":%llu,\"device_mapped\":%llu,\"device_peak\":%llu,\"device_budget\":%llu}}\n",
                (unsigned long long)mem.weights_mapped, (unsigned long long)mem.kv_cache,

@@ -290,9 +290,11 @@ int stream_begin(cuda_session *cs, int tokens, bool timing)
     stream_session *ss = cs->ss;
     if (!ss)
         return 0;
-    if (ss->pending) /* the last timed pass was a prompt's: account it before its events are reused */
-        stream_collect(cs, ss->pending_tokens, &ss->prefill);
     ss->timing = timing || ss->profile;
+    /* The last timed pass was a prompt's: account it before its events are
+     * reused (never while capturing: untimed, and no synchronizing there). */
+    if (ss->pending && ss->timing)
+        stream_collect(cs, ss->pending_tokens, &ss->prefill);
     ss->pending_tokens = tokens;
     cudaError_t ce = ss->timing ? cudaEventRecord(ss->t0, cs->lc.stream) : cudaSuccess;
     if (ce == cudaSuccess)
