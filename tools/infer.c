@@ -119,8 +119,9 @@ static int bad_arg(const char *opt, const char *val)
  * Plan path under budget mp->vram_budget for n_ctx tokens (0: the default)
  * on a copy of the model that is only mapped (no device touched, nothing
  * quantized: the planner sizes --quant itself), and print it to out as
- * text or JSON. A refusal prints one line on stderr (and the JSON, which
- * says fits: false). Returns 0 when the plan fits, 1 otherwise.
+ * text or JSON (out NULL: only check it). A refusal prints one line on
+ * stderr (and the JSON, which says fits: false). Returns 0 when the plan
+ * fits, 1 otherwise.
  */
 static int print_plan(const char *path, const engine_model_params *mp, int n_ctx, FILE *out, int json)
 {
@@ -138,9 +139,9 @@ static int print_plan(const char *path, const engine_model_params *mp, int n_ctx
     pp.quant = mp->quant;
     engine_plan *plan = NULL;
     engine_status st = engine_plan_create(m, &pp, &plan, err, sizeof err);
-    if (plan && json)
+    if (plan && json && out)
         plan_print_json(out, plan, path);
-    else if (plan && st == ENGINE_OK)
+    else if (plan && st == ENGINE_OK && out)
         plan_print_text(out, plan, path);
     if (st != ENGINE_OK)
         fprintf(stderr, "infer: %s: %s\n", path, err);
@@ -159,12 +160,17 @@ static const char *stop_name(engine_stop_reason r)
     }
 }
 
-/* --report without --vram: the plan the GPU model was placed by, on stderr. */
-static void report_loaded(const engine_model *model, const char *path)
+/*
+ * --report once loaded: on a GPU, the plan the model was placed by (with
+ * the CUDA context's share as measured); on the CPU, the plan for --vram.
+ */
+static void report_loaded(const engine_model *model, const char *path, const engine_model_params *mp, int n_ctx)
 {
     const engine_plan *plan = engine_model_plan(model);
     if (plan)
         plan_print_text(stderr, plan, path);
+    else if (mp->vram_budget)
+        print_plan(path, mp, n_ctx, stderr, 0);
     else
         fprintf(stderr, "infer: --report: running on the CPU; give --vram SIZE to plan for a GPU\n");
 }
@@ -327,8 +333,8 @@ int main(int argc, char **argv)
     }
     if (dry_run)
         return print_plan(model_path, &mp, sp.n_ctx, stdout, json);
-    /* With a budget the plan comes first, and a refusal stops before anything is loaded on the device. */
-    if (report && mp.vram_budget && print_plan(model_path, &mp, sp.n_ctx, stderr, 0))
+    /* With a budget a refusal stops before anything is loaded on the device. */
+    if (report && mp.vram_budget && print_plan(model_path, &mp, sp.n_ctx, NULL, 0))
         return 1;
 
     char err[512] = "";
@@ -407,8 +413,8 @@ int main(int argc, char **argv)
         rc = fail(NULL, err);
         goto done;
     }
-    if (report && !mp.vram_budget)
-        report_loaded(model, model_path);
+    if (report)
+        report_loaded(model, model_path, &mp, sp.n_ctx);
     if (n_prompt > (size_t)engine_session_n_ctx(sess)) {
         fprintf(stderr, "infer: the prompt has %zu tokens but the context holds %d (raise --ctx)\n", n_prompt,
                 engine_session_n_ctx(sess));

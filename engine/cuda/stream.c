@@ -292,10 +292,13 @@ int stream_begin(cuda_session *cs, int tokens, bool timing)
         return 0;
     ss->timing = timing || ss->profile;
     /* The last timed pass was a prompt's: account it before its events are
-     * reused (never while capturing: untimed, and no synchronizing there). */
-    if (ss->pending && ss->timing)
-        stream_collect(cs, ss->pending_tokens, &ss->prefill);
-    ss->pending_tokens = tokens;
+     * reused. An untimed pass (a graph being captured: no synchronizing
+     * there) records none of them and leaves it pending. */
+    if (ss->timing) {
+        if (ss->pending)
+            stream_collect(cs, ss->pending_tokens, &ss->prefill);
+        ss->pending_tokens = tokens;
+    }
     cudaError_t ce = ss->timing ? cudaEventRecord(ss->t0, cs->lc.stream) : cudaSuccess;
     if (ce == cudaSuccess)
         ce = cudaEventRecord(ss->fork, cs->lc.stream);
@@ -345,7 +348,8 @@ int stream_end(cuda_session *cs)
         ce = cudaStreamWaitEvent(cs->lc.stream, ss->join, 0);
     if (ce == cudaSuccess && ss->timing)
         ce = cudaEventRecord(ss->t1, cs->lc.stream);
-    ss->pending = ss->timing && ce == cudaSuccess;
+    if (ss->timing)
+        ss->pending = ce == cudaSuccess;
     return ce == cudaSuccess ? 0 : failed(cs, ce);
 }
 
