@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode); the
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "../tools/cli_util.h"
+#include "../tools/plan_report.h"
 #include "engine.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -67,19 +68,23 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--quant") && v && !cli_parse_quant(v, &mp.quant)) {
             i++;
+        } else if (!strcmp(a, "--stream-layers") && v && !cli_parse_long(v, 0, 1 << 20, &l)) {
+            mp.min_layers_streamed = (int)l;
+            i++;
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N]\n");
         return 2;
     }
     char err[512] = "";
     engine_model *m = NULL;
+    mp.n_ctx = n_prompt + n_gen; /* the device placement leaves room for this context */
     if (engine_model_load(path, &mp, &m, err, sizeof err) != ENGINE_OK) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
@@ -146,6 +151,22 @@ int main(int argc, char **argv)
                (unsigned long long)mem.device_peak, (unsigned long long)mem.device_budget,
                (unsigned long long)mem.weights_owned, (unsigned long long)mem.kv_cache,
                (unsigned long long)mem.activations);
+        /* Streamed layers: the measured copy/compute overlap, and decode against the PCIe bound of its bytes. */
+        engine_offload_report off;
+        if (on_gpu && engine_session_offload(s, 3, &off) == ENGINE_OK && off.n_layers_streamed > 0) {
+            const engine_plan_totals *t = engine_plan_get_totals(engine_model_plan(m));
+            offload_print_text(stdout, &off, t->pcie_gbps);
+            const double bound = 1.0 / (t->read_per_token / (t->hbm_gbps * 1e9) +
+                                        off.bytes_per_token / (t->pcie_gbps * 1e9));
+            const int passes = (n_prompt + 511) / 512; /* PLAN_CUDA_BATCH tokens a pass, each streams every layer */
+            const double pre_bound = n_prompt / (passes * (double)off.bytes_per_token / (t->pcie_gbps * 1e9));
+            printf("{\"streamed_layers\":%d,\"streamed_bytes_per_token\":%llu,\"decode_bound_tok_s\":%.2f,"
+                   "\"decode_ratio\":%.3f,\"prefill_pcie_bound_tok_s\":%.1f,\"prefill_ratio\":%.3f,\"offload\":",
+                   off.n_layers_streamed, (unsigned long long)off.bytes_per_token, bound, d / bound, pre_bound,
+                   p / pre_bound);
+            offload_print_json(stdout, &off);
+            printf("}\n");
+        }
     }
     free(pre);
     free(dec);

@@ -232,6 +232,8 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->log = p.log;
     m->log_user = p.log_user;
     m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
+    m->plan_ctx = p.n_ctx > 0 ? p.n_ctx : 0;
+    m->min_streamed = p.min_layers_streamed > 0 ? p.min_layers_streamed : 0;
     m->device = have_gpu ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
     engine_status st = load(m, path, &e);
     if (!st && p.quant != ENGINE_QUANT_NONE) {
@@ -285,6 +287,31 @@ void engine_model_free(engine_model *m)
     free(m->layers);
     st_close(m->weights);
     free(m);
+}
+
+const engine_plan *engine_model_plan(const engine_model *m)
+{
+#ifdef ENGINE_HAVE_CUDA
+    return m && m->cuda ? cuda_model_plan(m->cuda) : NULL;
+#else
+    (void)m;
+    return NULL;
+#endif
+}
+
+engine_status engine_device_reserve(uint64_t *bytes)
+{
+    if (!bytes)
+        return ENGINE_ERR_INVALID_ARG;
+    *bytes = 0;
+#ifdef ENGINE_HAVE_CUDA
+    char why[256];
+    if (!cuda_available(why, sizeof why))
+        return ENGINE_ERR_UNSUPPORTED;
+    return cuda_device_reserve(bytes, NULL);
+#else
+    return ENGINE_ERR_UNSUPPORTED;
+#endif
 }
 
 engine_status engine_model_get_info(const engine_model *m, engine_model_info *info)

@@ -76,6 +76,8 @@ struct engine_model {
     int32_t eos[MODEL_MAX_EOS];
     int n_eos;
     int n_threads;
+    int plan_ctx;              /* CUDA: context the placement plans for (0: default) */
+    int min_streamed;          /* CUDA: layers streamed at least          */
     uint64_t n_params;
     uint64_t weight_bytes;     /* bytes of the weights as used (quantized size when quantized) */
     uint64_t owned_bytes;      /* of which the model allocated (quantized while loading) */

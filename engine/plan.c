@@ -140,12 +140,15 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
     const cfg_model *c = &m->cfg;
     const k_dtype wt = m->tok_emb.dtype; /* model_cuda.c: cm->wt */
     memset(w, 0, sizeof *w);
-    w->layer = calloc(c->n_layers > 0 ? (size_t)c->n_layers : 1, sizeof *w->layer);
+    const size_t n = c->n_layers > 0 ? (size_t)c->n_layers : 1;
+    w->layer = calloc(2 * n, sizeof *w->layer);
     if (!w->layer)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "plan: out of memory for %d layers", c->n_layers);
+    w->layer_mats = w->layer + n;
     const uint64_t qd = (uint64_t)c->n_heads * c->head_dim, kvd = (uint64_t)c->n_kv_heads * c->head_dim;
     uint64_t off = 0, start;
     vec_bytes(&off, &m->tok_emb, wt);
+    off = round_up(off, PLAN_ALIGN);
     w->emb = off;
     start = off;
     if (m->lm_head.data != m->tok_emb.data) {
@@ -153,6 +156,7 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
         mat_bytes(&off, head, 1, wt, ENGINE_QUANT_NONE, &w->deq_elems); /* --quant keeps lm_head */
     }
     vec_bytes(&off, &m->out_norm, K_F32);
+    off = round_up(off, PLAN_ALIGN);
     w->head = off - start;
     for (int l = 0; l < c->n_layers; l++) {
         const layer_weights *L = &m->layers[l];
@@ -163,6 +167,8 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
         mat_bytes(&off, o, 1, wt, q, &w->deq_elems);
         mat_bytes(&off, gu, 2, wt, q, &w->deq_elems);
         mat_bytes(&off, down, 1, wt, q, &w->deq_elems);
+        off = round_up(off, PLAN_ALIGN);
+        w->layer_mats[l] = off - start;
         vec_bytes(&off, &L->attn_norm, K_F32);
         vec_bytes(&off, &L->ffn_norm, K_F32);
         if (L->q_norm.data) {
@@ -178,6 +184,7 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
             carve(NULL, &off, 2 * (uint64_t)c->ffn_dim * sizeof(float), PLAN_ALIGN);
         if (L->b_down.data)
             vec_bytes(&off, &L->b_down, K_F32);
+        off = round_up(off, PLAN_ALIGN);
         w->layer[l] = off - start;
     }
     w->total = off;
@@ -233,6 +240,8 @@ void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_
 typedef struct plan_in {
     int n_layers;
     const uint64_t *layer; /* [n_layers] */
+    const uint64_t *mats;  /* [n_layers] the part of each that streams */
+    int min_streamed;      /* layers to stream at least */
     bool tied;
     uint64_t emb;          /* the embedding table when untied, else 0 (the head holds it) */
     uint64_t head;         /* lm_head (or the tied table) and out_norm                    */
@@ -264,9 +273,10 @@ static void evaluate(const plan_in *in, plan_state *s)
     s->resident = s->streamed = s->read = s->moved = 0;
     for (int i = 0; i < in->n_layers; i++) {
         if (s->k > 0 && is_streamed(i, s->k, in->n_layers)) {
-            s->streamed += in->layer[i];
-            if (in->layer[i] > slot)
-                slot = in->layer[i];
+            s->streamed += in->mats[i];
+            s->resident += in->layer[i] - in->mats[i]; /* norms and biases stay */
+            if (in->mats[i] > slot)
+                slot = in->mats[i];
         } else {
             s->resident += in->layer[i];
         }
@@ -304,7 +314,9 @@ static void decide(const plan_in *in, plan_state *chosen, plan_state *first, pla
 {
     plan_state s = {0};
     evaluate(in, &s);
-    *first = s;
+    *first = s; /* all resident, whatever the minimum streamed */
+    s.k = in->min_streamed < in->n_layers ? in->min_streamed : in->n_layers;
+    evaluate(in, &s);
     *chosen = s;
     bool found = s.fits;
     for (int step = 0;; step++) {
@@ -339,6 +351,8 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     memset(in, 0, sizeof *in);
     in->n_layers = c->n_layers;
     in->layer = w->layer;
+    in->mats = w->layer_mats;
+    in->min_streamed = p->min_layers_streamed > 0 ? p->min_layers_streamed : 0;
     in->tied = m->lm_head.data == m->tok_emb.data;
     in->emb = in->tied ? 0 : w->emb;
     in->head = in->tied ? w->head + w->emb : w->head;
@@ -459,6 +473,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     const char *bad = !m || !out                                          ? "model and out must not be NULL"
                       : p.vram_budget == 0                                ? "vram_budget must be above 0"
                       : p.n_ctx < 0                                       ? "n_ctx must not be negative"
+                      : p.min_layers_streamed < 0                         ? "min_layers_streamed must not be negative"
                       : (int)p.quant < 0 || (int)p.quant > ENGINE_QUANT_FP4 ? "unknown quantization"
                       : bad_rate(p.hbm_gbps) || bad_rate(p.pcie_gbps)     ? "bandwidths must be positive"
                                                                           : NULL;
@@ -531,7 +546,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
         const bool str = chosen.k > 0 && is_streamed(l, chosen.k, c->n_layers);
         r[1 + l] = (engine_plan_entry){ENGINE_PLAN_LAYER, l, w.format, w.layer[l],
                                        str ? ENGINE_PLACE_STREAMED : ENGINE_PLACE_RESIDENT, kv_layer,
-                                       str ? w.layer[l] : 0};
+                                       str ? w.layer_mats[l] : 0};
     }
     const k_weight *head_w = in.tied ? &m->tok_emb : &m->lm_head;
     r[1 + c->n_layers] = (engine_plan_entry){ENGINE_PLAN_OUTPUT, -1, format_label(head_w, ENGINE_QUANT_NONE,

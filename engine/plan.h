@@ -26,6 +26,8 @@ typedef struct plan_weights {
     uint64_t emb;        /* tok_emb                                          */
     uint64_t head;       /* lm_head (0 when tied) and out_norm               */
     uint64_t *layer;     /* [n_layers] each layer's matrices, norms, biases  */
+    uint64_t *layer_mats;/* [n_layers] of which its four matrices (what streams; the
+                            norms and biases of a streamed layer stay resident)  */
     uint64_t total;      /* the weights region: every carve, padding included */
     uint64_t deq_elems;  /* the largest quantized matrix (prefill scratch)   */
     const char *format;  /* the layers' format label                         */
@@ -33,8 +35,11 @@ typedef struct plan_weights {
 
 /*
  * Fill w for m with its dense matrices quantized as q would make them
- * (ENGINE_QUANT_NONE: as loaded); w->layer is malloc'd [n_layers] (free
- * it). Mirrors place() and put_mat() of cuda/model_cuda.c.
+ * (ENGINE_QUANT_NONE: as loaded); w->layer is malloc'd and holds
+ * layer_mats too (free(w->layer) frees both). Mirrors place() and
+ * put_mat() of cuda/model_cuda.c: every part (the embeddings, the head,
+ * a layer's matrices, a layer's norms and biases) is padded to PLAN_ALIGN,
+ * so any subset of parts lays out to the sum of their sizes.
  */
 engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weights *w, err_buf *e);
 

@@ -239,3 +239,18 @@ engine_status engine_session_memory(const engine_session *s, engine_memory_repor
 #endif
     return ENGINE_OK;
 }
+
+engine_status engine_session_offload(engine_session *s, int n_decode, engine_offload_report *r)
+{
+    if (!s || !r)
+        return ENGINE_ERR_INVALID_ARG;
+    memset(r, 0, sizeof *r);
+    r->n_layers = s->model->cfg.n_layers;
+#ifdef ENGINE_HAVE_CUDA
+    if (s->cuda)
+        return cuda_offload_report(s, n_decode, r, &s->err);
+#else
+    (void)n_decode;
+#endif
+    return ENGINE_OK;
+}

@@ -95,7 +95,11 @@ typedef enum engine_quant {
 typedef struct engine_model_params {
     engine_device device;  /* default ENGINE_DEVICE_AUTO                   */
     int n_threads;         /* CPU threads; 0 = all cores (default)         */
-    uint64_t vram_budget;  /* device bytes; 0 = free memory minus a margin */
+    uint64_t vram_budget;  /* device bytes for everything the engine puts on the
+                              GPU, the CUDA context included (engine_device_reserve
+                              says how much of it that takes); 0 = the free memory
+                              minus a margin. What does not fit is streamed from
+                              host memory as the offload plan decides. */
     engine_log_fn log;     /* NULL: the library stays silent               */
     void *log_user;
     /* Quantize the dense (F32/F16/BF16) linear weights of the decoder layers
@@ -103,6 +107,14 @@ typedef struct engine_model_params {
      * lm_head stay as stored; already quantized tensors are kept). Default
      * ENGINE_QUANT_NONE. Quantized models run on the CPU and on CUDA. */
     engine_quant quant;
+    /* CUDA: the context length the placement leaves room for (the KV cache
+     * of one session that long); 0 = min(model maximum, 4096). A longer
+     * session may be refused as over the budget. */
+    int n_ctx;
+    /* CUDA: stream at least this many layers from host memory even where
+     * they would fit (spread evenly, as the planner does); 0 = only what the
+     * budget needs. For tests and measurements. */
+    int min_layers_streamed;
 } engine_model_params;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
@@ -416,6 +428,8 @@ typedef struct engine_plan_params {
     uint64_t cuda_context_bytes; /* 0 = ENGINE_PLAN_CUDA_CONTEXT_BYTES                               */
     double hbm_gbps;             /* 0 = ENGINE_PLAN_HBM_GBPS                                         */
     double pcie_gbps;            /* 0 = ENGINE_PLAN_PCIE_GBPS                                        */
+    int min_layers_streamed;     /* stream at least this many layers even where more would fit
+                                    (as engine_model_params.min_layers_streamed); 0 = as needed     */
 } engine_plan_params;
 
 /* One row of the plan: the embeddings, each layer in order, the output head. */
@@ -497,6 +511,54 @@ ENGINE_API const engine_plan_option *engine_plan_option_at(const engine_plan *pl
  * or the refusal. Owned by the plan.
  */
 ENGINE_API const char *engine_plan_summary(const engine_plan *plan);
+
+/*
+ * The plan a CUDA model was placed by (the same rows and totals as
+ * engine_plan_create gives for its budget and context), owned by the
+ * model and valid while it lives; NULL for a model on the CPU.
+ */
+ENGINE_API const engine_plan *engine_model_plan(const engine_model *model);
+
+/*
+ * Device bytes the engine sets aside from a vram_budget for the CUDA
+ * context and the runtime's own allocations outside its arena, as
+ * measured now on the current device (this creates the CUDA context).
+ * ENGINE_ERR_UNSUPPORTED without a CUDA device or backend.
+ */
+ENGINE_API engine_status engine_device_reserve(uint64_t *bytes);
+
+/* What streaming did in a session: placement, and copy and compute time measured on the device. */
+typedef struct engine_offload_times {
+    int passes;             /* evaluations measured                                  */
+    int tokens;             /* tokens they evaluated                                 */
+    double wall_seconds;    /* first event to last, summed over the passes           */
+    double copy_seconds;    /* host-to-device copies of streamed weights in progress */
+    double compute_seconds; /* the layers and the head computing                     */
+    double overlap_seconds; /* copies and compute both in progress                   */
+    uint64_t bytes_copied;  /* streamed weight bytes copied                          */
+} engine_offload_times;
+
+typedef struct engine_offload_report {
+    int n_layers;
+    int n_layers_streamed;
+    int embeddings_on_host;   /* each token's embedding row read from host memory     */
+    uint64_t bytes_per_token; /* streamed weight bytes per evaluation                 */
+    uint64_t stream_buffers;  /* device bytes of the buffers streamed layers go into  */
+    uint64_t host_pinned;     /* host bytes pinned for streaming (registered + copies) */
+    uint64_t device_reserve;  /* what engine_device_reserve set aside at load          */
+    engine_offload_times prefill; /* every batch evaluation since the session began  */
+    engine_offload_times decode;  /* engine_session_offload's measured decode steps  */
+} engine_offload_report;
+
+/*
+ * Fill r for session s. On CUDA with streamed layers, first measures
+ * n_decode (0..16) decode steps: each evaluates the last token again at its
+ * own position (as the engine does to recover logits; the context and the
+ * next token are unchanged), launched one by one with timing events on the
+ * compute and the copy stream. Prefill figures are gathered as prompts
+ * run. On the CPU or with nothing streamed, r holds zeros but n_layers.
+ */
+ENGINE_API engine_status engine_session_offload(engine_session *s, int n_decode, engine_offload_report *r);
 
 #ifdef __cplusplus
 }

@@ -661,6 +661,16 @@ const char *st_file_path(const st_set *s, int shard)
     return s && shard >= 0 && shard < s->n_files ? s->files[shard].path : NULL;
 }
 
+const void *st_file_map(const st_set *s, int shard, size_t *len)
+{
+    if (!s || shard < 0 || shard >= s->n_files) {
+        *len = 0;
+        return NULL;
+    }
+    *len = s->files[shard].map_len;
+    return s->files[shard].map;
+}
+
 uint64_t st_total_bytes(const st_set *s)
 {
     return s ? s->total_bytes : 0;

@@ -75,6 +75,8 @@ const char *st_metadata(const st_set *s, const char *key);
 int st_n_files(const st_set *s);
 const char *st_file_path(const st_set *s, int shard);
 uint64_t st_total_bytes(const st_set *s);
+/* The whole read-only mapping of one file and its length (for pinning it); NULL when out of range. */
+const void *st_file_map(const st_set *s, int shard, size_t *len);
 /*
  * ENGINE_ERR_IO, naming the file, when a mapped file is now shorter than
  * when it was mapped or a read past its end was turned into zeros; then

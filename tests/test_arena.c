@@ -134,6 +134,14 @@ static void test_arena_unit(bool plain)
     CHECK_MSG(device_used() <= before + 2 * MiB, "%s: device memory not returned after destroy", mode);
 }
 
+/* What a vram_budget must hold besides the arena (the CUDA context's share), measured now. */
+static uint64_t reserve_now(void)
+{
+    uint64_t r = 0;
+    CHECK(engine_device_reserve(&r) == ENGINE_OK && r > 0);
+    return r;
+}
+
 /* Through the public API, on stories260K and a budget far below what it needs. */
 static void test_engine_budget(void)
 {
@@ -146,9 +154,10 @@ static void test_engine_budget(void)
     CHECK(engine_model_load(path, &mp, &m, err, sizeof err) == ENGINE_ERR_OVER_BUDGET && m == NULL);
     CHECK_MSG(strstr(err, "stories260K") != NULL, "error does not name the model: %s", err);
 
-    /* 40 MiB: the weights (about 1 MiB) fit; a session with a 32 MiB cuBLASLt
-     * workspace and a long context does not, a short one does. */
-    mp.vram_budget = 40 * MiB;
+    /* 40 MiB beyond the CUDA context's share: the weights (about 1 MiB) fit;
+     * a session with a 32 MiB cuBLASLt workspace and a long context does
+     * not, a short one does. */
+    mp.vram_budget = reserve_now() + 40 * MiB;
     const uint64_t before = device_used();
     CHECK_MSG(engine_model_load(path, &mp, &m, err, sizeof err) == ENGINE_OK, "%s", err);
     if (!m)
@@ -189,7 +198,7 @@ static engine_model *load_budget(uint64_t budget)
     test_src_path(path, sizeof path, "models/stories260K");
     engine_model_params mp = engine_model_default_params();
     mp.device = ENGINE_DEVICE_CUDA;
-    mp.vram_budget = budget;
+    mp.vram_budget = reserve_now() + budget; /* budget: the arena's */
     engine_model *m = NULL;
     CHECK_MSG(engine_model_load(path, &mp, &m, err, sizeof err) == ENGINE_OK, "%s", err);
     return m;

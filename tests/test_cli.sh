@@ -81,9 +81,9 @@ jq -e '.fits == true and (.entries | length) == 7 and .n_ctx == 64 and .n_layers
 got=$("$INFER" "$MODEL" --dry-run --vram 8G --quant nf4 --json 2>/dev/null | jq -r '.entries[1].format, .entries[1].weight_bytes < 181760')
 [ "$got" = "$(printf 'nf4\ntrue')" ] || fail "--dry-run --quant nf4: $got"
 # Too small: one line with the minimum, exit 1; --json still prints the plan, marked as not fitting.
-expect_error "--dry-run under the minimum" "needs at least 550.0 MiB .*budget is 540.0 MiB" "$INFER" "$MODEL" --dry-run --vram 540M
+expect_error "--dry-run under the minimum" "needs at least 552.0 MiB .*budget is 540.0 MiB" "$INFER" "$MODEL" --dry-run --vram 540M
 "$INFER" "$MODEL" --dry-run --vram 540M --json >"$T/out" 2>/dev/null && fail "--dry-run under the minimum exited 0"
-jq -e '.fits == false and .totals.minimum == 576716800' "$T/out" >/dev/null || fail "refused --json: $(cat "$T/out")"
+jq -e '.fits == false and .totals.minimum == 578813952' "$T/out" >/dev/null || fail "refused --json: $(cat "$T/out")"
 expect_error "--dry-run without --vram" "dry-run needs --vram" "$INFER" "$MODEL" --dry-run
 expect_error "--dry-run with a bad --vram" "vram" "$INFER" "$MODEL" --dry-run --vram 8X
 expect_error "--dry-run with --vram 0" "vram" "$INFER" "$MODEL" --dry-run --vram 0

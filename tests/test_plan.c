@@ -172,19 +172,21 @@ static void test_streaming_8b(void)
     CHECK_MSG(st == ENGINE_OK && p, "%s", err);
     const engine_plan_totals *t = engine_plan_get_totals(p);
     const uint64_t L = layer_bytes(&LLAMA_8B, ENGINE_QUANT_NONE), head = 128256ull * 4096 * 2 + 4096 * 4;
+    /* A streamed layer's two norms (fp32) stay resident; its matrices M stream. */
+    const uint64_t M = L - 2 * 4096 * 4;
     const uint64_t arena = (8 * GiB - t->cuda_context) / (2 * MiB) * (2 * MiB);
     const uint64_t room = arena - ru(t->kv_cache, 2 * MiB) - t->activations;
     int want = -1;
     for (int k = 3; k <= 32 && want < 0; k++)
-        if (ru((32 - (uint64_t)k) * L + head, 2 * MiB) + ru(2 * L, 2 * MiB) <= room)
+        if (ru((32 - (uint64_t)k) * L + (uint64_t)k * (L - M) + head, 2 * MiB) + ru(2 * M, 2 * MiB) <= room)
             want = k;
     CHECK_MSG(t->fits && t->n_layers_streamed == want, "streamed %d want %d", t->n_layers_streamed, want);
     CHECK(count_streamed_layers(p) == want && want > 0);
     const engine_plan_entry *e0 = engine_plan_entry_at(p, 0), *out = engine_plan_entry_at(p, 33);
     CHECK(e0->placement == ENGINE_PLACE_STREAMED && e0->bytes_per_token == 4096 * 2);
     CHECK(out->placement == ENGINE_PLACE_RESIDENT);
-    CHECK(t->stream_buffers == 2 * L && t->streamed_per_token == (uint64_t)want * L + 4096 * 2);
-    CHECK(t->weights_streamed == (uint64_t)want * L + e0->weight_bytes);
+    CHECK(t->stream_buffers == 2 * M && t->streamed_per_token == (uint64_t)want * M + 4096 * 2);
+    CHECK(t->weights_streamed == (uint64_t)want * M + e0->weight_bytes);
     CHECK(t->device_total <= t->budget && t->free_bytes == t->budget - t->device_total);
     /* Streamed layers are spread: no two adjacent while fewer than half stream. */
     if (want <= 16)

@@ -45,9 +45,12 @@ static const char USAGE[] =
     "                        int8, int8-g128, nf4, nf4-dq (double-quantized absmax), fp4\n"
     "  --vram SIZE           most device memory to use, e.g. 8G, 7.5G, 800M\n"
     "                        (default: the device's free memory less 512 MiB)\n"
+    "  --stream-layers N     stream at least N layers from host memory even where they would\n"
+    "                        fit (measurements; default 0: what the budget needs)\n"
     "  --dry-run             print where each layer would live under --vram (resident on the\n"
     "                        GPU or streamed from host memory) and exit; needs no GPU\n"
-    "  --report              print that plan on stderr before generating\n"
+    "  --report              print that plan on stderr before generating, and after it the\n"
+    "                        measured copy and compute time of streamed layers and their overlap\n"
     "output:\n"
     "  --json                print one JSON object (ids, text, timings; with --dry-run the plan)\n"
     "  -v, --verbose         log what the engine does on stderr\n"
@@ -116,8 +119,9 @@ static int bad_arg(const char *opt, const char *val)
  * Plan path under budget mp->vram_budget for n_ctx tokens (0: the default)
  * on a copy of the model that is only mapped (no device touched, nothing
  * quantized: the planner sizes --quant itself), and print it to out as
- * text or JSON. A refusal prints one line on stderr (and the JSON, which
- * says fits: false). Returns 0 when the plan fits, 1 otherwise.
+ * text or JSON (out NULL: only check it). A refusal prints one line on
+ * stderr (and the JSON, which says fits: false). Returns 0 when the plan
+ * fits, 1 otherwise.
  */
 static int print_plan(const char *path, const engine_model_params *mp, int n_ctx, FILE *out, int json)
 {
@@ -135,9 +139,9 @@ static int print_plan(const char *path, const engine_model_params *mp, int n_ctx
     pp.quant = mp->quant;
     engine_plan *plan = NULL;
     engine_status st = engine_plan_create(m, &pp, &plan, err, sizeof err);
-    if (plan && json)
+    if (plan && json && out)
         plan_print_json(out, plan, path);
-    else if (plan && st == ENGINE_OK)
+    else if (plan && st == ENGINE_OK && out)
         plan_print_text(out, plan, path);
     if (st != ENGINE_OK)
         fprintf(stderr, "infer: %s: %s\n", path, err);
@@ -157,35 +161,24 @@ static const char *stop_name(engine_stop_reason r)
 }
 
 /*
- * --report without --vram: plan the loaded model for the budget its GPU
- * session was given (the arena's, plus the CUDA context), on stderr.
+ * --report once loaded: on a GPU, the plan the model was placed by (with
+ * the CUDA context's share as measured); on the CPU, the plan for --vram.
  */
-static void report_loaded(const engine_model *model, const engine_session *sess, const char *path)
+static void report_loaded(const engine_model *model, const char *path, const engine_model_params *mp, int n_ctx)
 {
-    engine_memory_report mem;
-    engine_model_info info;
-    engine_model_get_info(model, &info);
-    engine_session_memory(sess, &mem);
-    if (info.device != ENGINE_DEVICE_CUDA || !mem.device_budget) {
-        fprintf(stderr, "infer: --report: running on the CPU; give --vram SIZE to plan for a GPU\n");
-        return;
-    }
-    engine_plan_params pp = engine_plan_default_params();
-    pp.vram_budget = mem.device_budget + pp.cuda_context_bytes;
-    pp.n_ctx = engine_session_n_ctx(sess);
-    engine_plan *plan = NULL;
-    char err[512] = "";
-    if (engine_plan_create(model, &pp, &plan, err, sizeof err) == ENGINE_OK)
+    const engine_plan *plan = engine_model_plan(model);
+    if (plan)
         plan_print_text(stderr, plan, path);
+    else if (mp->vram_budget)
+        print_plan(path, mp, n_ctx, stderr, 0);
     else
-        fprintf(stderr, "infer: --report: %s\n", err);
-    engine_plan_free(plan);
+        fprintf(stderr, "infer: --report: running on the CPU; give --vram SIZE to plan for a GPU\n");
 }
 
 /* The numeric options: name, range, and the field each sets. */
 typedef enum opt_field {
     OPT_N_PREDICT, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
-    OPT_CTX, OPT_THREADS
+    OPT_CTX, OPT_THREADS, OPT_STREAM_LAYERS
 } opt_field;
 
 typedef struct number_option {
@@ -206,6 +199,7 @@ static const number_option NUMBER_OPTIONS[] = {
     {"--seed", NULL, OPT_SEED, 'u', 0, 0},
     {"--ctx", NULL, OPT_CTX, 'i', 1, 1 << 24},
     {"--threads", NULL, OPT_THREADS, 'i', 1, 4096},
+    {"--stream-layers", NULL, OPT_STREAM_LAYERS, 'i', 0, 1 << 20},
 };
 
 static const number_option *find_number_option(const char *a)
@@ -238,6 +232,7 @@ static int parse_number_option(const number_option *opt, const char *v, engine_m
     case OPT_SEED: gp->sampling.seed = u; break;
     case OPT_CTX: sp->n_ctx = (int)l; break;
     case OPT_THREADS: mp->n_threads = (int)l; break;
+    case OPT_STREAM_LAYERS: mp->min_layers_streamed = (int)l; break;
     }
     return 0;
 }
@@ -331,14 +326,15 @@ int main(int argc, char **argv)
         gp.sampling.seed = (uint64_t)time(NULL);
     mp.log = log_to_stderr;
     mp.log_user = &verbose;
+    mp.n_ctx = sp.n_ctx; /* the device placement leaves room for this context */
     if (dry_run && !mp.vram_budget) {
         fprintf(stderr, "infer: --dry-run needs --vram SIZE, the device memory to plan for\n");
         return 2;
     }
     if (dry_run)
         return print_plan(model_path, &mp, sp.n_ctx, stdout, json);
-    /* With a budget the plan comes first, and a refusal stops before anything is loaded on the device. */
-    if (report && mp.vram_budget && print_plan(model_path, &mp, sp.n_ctx, stderr, 0))
+    /* With a budget a refusal stops before anything is loaded on the device. */
+    if (report && mp.vram_budget && print_plan(model_path, &mp, sp.n_ctx, NULL, 0))
         return 1;
 
     char err[512] = "";
@@ -417,8 +413,8 @@ int main(int argc, char **argv)
         rc = fail(NULL, err);
         goto done;
     }
-    if (report && !mp.vram_budget)
-        report_loaded(model, sess, model_path);
+    if (report)
+        report_loaded(model, model_path, &mp, sp.n_ctx);
     if (n_prompt > (size_t)engine_session_n_ctx(sess)) {
         fprintf(stderr, "infer: the prompt has %zu tokens but the context holds %d (raise --ctx)\n", n_prompt,
                 engine_session_n_ctx(sess));
@@ -466,6 +462,13 @@ int main(int argc, char **argv)
     engine_memory_report mem;
     engine_session_memory(sess, &mem);
     const int on_gpu = info.device == ENGINE_DEVICE_CUDA;
+    /* After generating: what streaming measured (three decode steps timed one by one). */
+    engine_offload_report off;
+    const int have_off = report && on_gpu && engine_session_offload(sess, 3, &off) == ENGINE_OK;
+    if (have_off && !json) {
+        const engine_plan *plan = engine_model_plan(model);
+        offload_print_text(stderr, &off, plan ? engine_plan_get_totals(plan)->pcie_gbps : ENGINE_PLAN_PCIE_GBPS);
+    }
     const double pps = stats.prompt_seconds > 0 ? stats.n_prompt / stats.prompt_seconds : 0.0;
     const double gps = stats.gen_seconds > 0 && stats.n_generated > 1 ? (stats.n_generated - 1) / stats.gen_seconds
                                                                         : 0.0;
@@ -483,6 +486,10 @@ int main(int argc, char **argv)
                "\"generate_seconds\":%.6f,\"generated_tokens_per_second\":%.3f}",
                stats.prompt_seconds, pps, stats.gen_seconds, gps);
         printf(",\"device\":\"%s\"", on_gpu ? "cuda" : "cpu");
+        if (have_off) {
+            printf(",\"offload\":");
+            offload_print_json(stdout, &off);
+        }
         printf(",\"memory\":{\"weights_mapped\":%llu,\"kv_cache\":%llu,\"activations\":%llu,\"host_total\":%llu,"
                "\"device_in_use\":%llu,\"device_mapped\":%llu,\"device_peak\":%llu,\"device_budget\":%llu}}\n",
                (unsigned long long)mem.weights_mapped, (unsigned long long)mem.kv_cache,

@@ -128,4 +128,64 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
     fprintf(f, "}\n");
 }
 
+/* One pass kind's measured figures, on one line. */
+static inline void offload_print_times(FILE *f, const char *name, const engine_offload_times *t, double pcie_gbps)
+{
+    if (t->passes == 0) {
+        fprintf(f, "  %-8s not measured\n", name);
+        return;
+    }
+    const double per = t->tokens > 0 ? 1.0 / t->passes : 0.0;
+    const double gbps = t->copy_seconds > 0 ? t->bytes_copied / t->copy_seconds / 1e9 : 0.0;
+    const double bound = t->bytes_copied > 0 ? pcie_gbps * 1e9 * t->passes / t->bytes_copied : 0.0;
+    fprintf(f, "  %-8s %d pass%s, %d tokens: %.1f ms a pass; copies %.1f ms (%.1f GB/s), compute %.1f ms, "
+               "overlap %.1f ms (%.0f%% of the copy time hidden behind compute)",
+            name, t->passes, t->passes == 1 ? "" : "es", t->tokens, t->wall_seconds * per * 1e3,
+            t->copy_seconds * per * 1e3, gbps, t->compute_seconds * per * 1e3, t->overlap_seconds * per * 1e3,
+            t->copy_seconds > 0 ? 100.0 * t->overlap_seconds / t->copy_seconds : 0.0);
+    if (bound > 0 && t->wall_seconds > 0)
+        fprintf(f, "; %.1f passes/s, %.0f%% of the %.1f passes/s its streamed bytes allow at %.1f GB/s",
+                t->passes / t->wall_seconds, 100.0 * (t->passes / t->wall_seconds) / bound, bound, pcie_gbps);
+    fputc('\n', f);
+}
+
+/* engine_session_offload's report as text (after generating). */
+static inline void offload_print_text(FILE *f, const engine_offload_report *r, double pcie_gbps)
+{
+    char a[32], b[32], c[32], d[32];
+    fprintf(f, "offload measured: %d of %d layers streamed%s, %s a token, stream buffers %s, host memory pinned %s, "
+               "CUDA context reserve %s\n",
+            r->n_layers_streamed, r->n_layers, r->embeddings_on_host ? " (embeddings on the host)" : "",
+            report_bytes(a, sizeof a, r->bytes_per_token), report_bytes(b, sizeof b, r->stream_buffers),
+            report_bytes(c, sizeof c, r->host_pinned), report_bytes(d, sizeof d, r->device_reserve));
+    if (r->n_layers_streamed == 0)
+        return;
+    offload_print_times(f, "prefill", &r->prefill, pcie_gbps);
+    offload_print_times(f, "decode", &r->decode, pcie_gbps);
+}
+
+static inline void offload_json_times(FILE *f, const char *name, const engine_offload_times *t)
+{
+    fprintf(f,
+            "\"%s\":{\"passes\":%d,\"tokens\":%d,\"wall_seconds\":%.6f,\"copy_seconds\":%.6f,"
+            "\"compute_seconds\":%.6f,\"overlap_seconds\":%.6f,\"bytes_copied\":%llu}",
+            name, t->passes, t->tokens, t->wall_seconds, t->copy_seconds, t->compute_seconds, t->overlap_seconds,
+            (unsigned long long)t->bytes_copied);
+}
+
+/* The same as one JSON object (no newline). */
+static inline void offload_print_json(FILE *f, const engine_offload_report *r)
+{
+    fprintf(f,
+            "{\"n_layers\":%d,\"n_layers_streamed\":%d,\"embeddings_on_host\":%s,\"bytes_per_token\":%llu,"
+            "\"stream_buffers\":%llu,\"host_pinned\":%llu,\"device_reserve\":%llu,",
+            r->n_layers, r->n_layers_streamed, r->embeddings_on_host ? "true" : "false",
+            (unsigned long long)r->bytes_per_token, (unsigned long long)r->stream_buffers,
+            (unsigned long long)r->host_pinned, (unsigned long long)r->device_reserve);
+    offload_json_times(f, "prefill", &r->prefill);
+    fputc(',', f);
+    offload_json_times(f, "decode", &r->decode);
+    fputc('}', f);
+}
+
 #endif

@@ -64,4 +64,9 @@ engine_status cuda_copy_logits(engine_session *s, err_buf *e);
 /* Device figures for the memory report. */
 void cuda_memory(const engine_session *s, engine_memory_report *r);
 
+/* engine_model_plan, engine_device_reserve, engine_session_offload on CUDA. */
+const engine_plan *cuda_model_plan(const cuda_model *cm);
+engine_status cuda_device_reserve(uint64_t *bytes, err_buf *e);
+engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offload_report *r, err_buf *e);
+
 #endif

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "state.h"
+#include "stream.h"
 
 #define TRY(call)                        \
     do {                                 \
@@ -42,7 +43,7 @@ static void *layer_cache(const cuda_session *cs, const engine_session *s, void *
 static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int layer, int n)
 {
     const cfg_model *c = &s->model->cfg;
-    const cuda_layer *D = &cs->cm->layers[layer];
+    const cuda_layer *D = &cs->layers[layer];
     rope_qkv_args a = {
         .qkv = cs->qkv, .bias = D->b_qkv, .q_norm = D->q_norm, .k_norm = D->k_norm, .eps = (float)c->rms_eps,
         .cos = cs->rope_cos, .sin = cs->rope_sin, .q_out = cs->q,
@@ -106,9 +107,11 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
     const int dim = c->dim, qd = c->n_heads * c->head_dim, qkvd = qd + 2 * c->n_kv_heads * c->head_dim;
     const float eps = (float)c->rms_eps;
 
+    TRY(stream_begin(cs, 1, false));
     TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
     for (int l = 0; l < c->n_layers; l++) {
-        const cuda_layer *D = &cs->cm->layers[l];
+        const cuda_layer *D = &cs->layers[l];
+        TRY(stream_before_layer(cs, l));
         gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = GEMV_IN_RMSNORM, .x = cs->x,
                          .norm = D->attn_norm, .eps = eps};
         set_mat(&qkv, &D->wqkv);
@@ -127,8 +130,15 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
                           .in = GEMV_IN_F32, .x = cs->gu};
         set_mat(&down, &D->w_down);
         TRY(launch_gemv(lc, &down));
+        TRY(stream_after_layer(cs, l));
     }
-    return head(cs, s, 1, true);
+    TRY(head(cs, s, 1, true));
+    return stream_end(cs);
+}
+
+int cuda_decode_eager(cuda_session *cs, const engine_session *s)
+{
+    return decode_launches(cs, s);
 }
 
 /* A batch of n tokens at host position pos0 (prompt). */
@@ -142,9 +152,11 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
     const int ffn = c->ffn_dim;
     const float eps = (float)c->rms_eps;
 
+    TRY(stream_begin(cs, n, true));
     TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->ids, n, dim));
     for (int l = 0; l < c->n_layers; l++) {
-        const cuda_layer *D = &cs->cm->layers[l];
+        const cuda_layer *D = &cs->layers[l];
+        TRY(stream_before_layer(cs, l));
         TRY(launch_rmsnorm(lc, cs->act, wt, cs->x, D->attn_norm, n, dim, eps));
         TRY(product(cs, cs->qkv, false, &D->wqkv, n, qkvd, dim));
         rope_qkv_args ra = rope_args(cs, s, l, n);
@@ -162,8 +174,10 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
         TRY(product(cs, cs->x, true, &D->w_down, n, dim, ffn));
         if (D->b_down)
             TRY(launch_bias_add(lc, cs->x, D->b_down, n, dim));
+        TRY(stream_after_layer(cs, l));
     }
-    return head(cs, s, n, false);
+    TRY(head(cs, s, n, false));
+    return stream_end(cs);
 }
 
 /*

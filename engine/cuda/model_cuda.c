@@ -1,9 +1,11 @@
 /*
- * model_cuda.c: a model's weights on the device. The arena is reserved
- * from the budget, one region is sized for every weight (laid out once,
- * 256-byte aligned), and the tensors are streamed from the file mapping
- * through two pinned staging buffers: threads copy (or convert) one buffer
- * while the other crosses PCIe.
+ * model_cuda.c: a model's weights on the device. The budget less the CUDA
+ * context's share is the arena; the offload plan decides what is resident.
+ * One region is sized for every resident weight (laid out once, 256-byte
+ * aligned) and the tensors are uploaded from the file mapping through two
+ * pinned staging buffers: threads copy (or convert) one buffer while the
+ * other crosses PCIe. The streamed layers' matrices are laid out the same
+ * way at offsets in a slot, and recorded as copies for stream.c.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -16,10 +18,14 @@
 #include "../../kernels/cpu/dtype.h"
 #include "../../quant/quant.h"
 #include "state.h"
+#include "stream.h"
 
 #define ALIGN 256
 #define STAGE_BYTES ((size_t)64 << 20)
 #define BUDGET_MARGIN ((uint64_t)512 << 20) /* left to the driver and cuBLASLt when no budget is given */
+/* Device memory the runtime takes after the context exists, outside the
+ * arena (measured on an H100: see docs/DESIGN.md, "The budget"). */
+#define RUNTIME_RESERVE ((uint64_t)128 << 20)
 
 bool cuda_available(char *why, size_t why_size)
 {
@@ -161,17 +167,100 @@ static float *q_absmax_f32(const k_weight *w)
     return out;
 }
 
+/* ---- where laid-out bytes go ---- */
+
 /*
- * Place (and with up, upload) the parts stacked by rows into one matrix:
- * dense in wt, or quantized as they are. Quantized parts must share a type,
- * a group and a code table, and 4-bit parts must each hold whole blocks.
+ * A streamed layer's bytes are not uploaded but recorded as copies into
+ * its slot: from the pinned mapping where the file holds the device bytes,
+ * else converted into the pinned host image. A first pass (fill false)
+ * only sizes the image; the second fills it and records the copies.
+ */
+typedef struct recorder {
+    stream_model *sm;
+    int layer;        /* position among the streamed of the layer laid out */
+    bool fill;
+    uint64_t img_off; /* bytes of the image used so far */
+    int n_threads;
+} recorder;
+
+/* Uploaded (up), recorded for a streamed layer (rec), or only sized (neither). */
+typedef struct sink {
+    uploader *up;
+    recorder *rec;
+} sink;
+
+/* n bytes at the running offset *off (ALIGN-aligned); *at gets the offset. */
+static char *carve_at(char *base, uint64_t *off, uint64_t n, uint64_t *at)
+{
+    *at = (*off + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+    *off = *at + n;
+    return base ? base + *at : NULL;
+}
+
+/* All of src as type `to` at offset `at` from base. */
+static engine_status sink_tensor(sink *k, char *base, uint64_t at, k_dtype to, const k_weight *src, err_buf *e)
+{
+    if (k->up)
+        return up_tensor(k->up, base + at, to, src, e);
+    recorder *r = k->rec;
+    if (!r)
+        return ENGINE_OK;
+    const uint64_t n = (uint64_t)src->rows * src->cols, bytes = n * k_dtype_size(to);
+    const void *from = src->data;
+    if (src->dtype != to || !stream_pinned(r->sm, src->data, bytes)) {
+        const uint64_t img = r->img_off;
+        r->img_off = (img + bytes + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+        if (!r->fill)
+            return ENGINE_OK;
+        convert(r->sm->image + img, to, src, 0, n, r->n_threads);
+        from = r->sm->image + img;
+    }
+    if (r->fill && !stream_add_copy(r->sm, r->layer, at, from, bytes))
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    return ENGINE_OK;
+}
+
+/* `bytes` of raw host memory at offset `at` from base. */
+static engine_status sink_bytes(sink *k, char *base, uint64_t at, const void *src, uint64_t bytes, err_buf *e)
+{
+    if (k->up)
+        return up_bytes(k->up, base + at, src, bytes, e);
+    engine_status st = ENGINE_OK;
+    for (uint64_t done = 0; !st && done < bytes; done += (uint64_t)1 << 30) {
+        const uint64_t n = bytes - done < ((uint64_t)1 << 30) ? bytes - done : (uint64_t)1 << 30;
+        const k_weight raw = {(const char *)src + done, K_I8, 1, (int)n};
+        st = sink_tensor(k, base, at + done, K_I8, &raw, e);
+    }
+    return st;
+}
+
+/* A 4-bit weight's absmax as fp32 (decoded when nested) at offset `at`. */
+static engine_status sink_absmax(sink *k, char *base, uint64_t at, const k_weight *p, err_buf *e)
+{
+    const uint64_t bytes = q_scale_count(p) * sizeof(float);
+    if (!p->absmax_q)
+        return sink_bytes(k, base, at, p->absmax, bytes, e);
+    if (!k->up && (!k->rec || !k->rec->fill)) /* sized like any unpinned source */
+        return sink_bytes(k, base, at, NULL, bytes, e);
+    float *am = q_absmax_f32(p); /* copied (staged or into the image) before sink_bytes returns */
+    engine_status st = am ? sink_bytes(k, base, at, am, bytes, e)
+                          : err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    free(am);
+    return st;
+}
+
+/*
+ * Place (and through the sink, upload or record) the parts stacked by rows
+ * into one matrix: dense in wt, or quantized as they are. Quantized parts
+ * must share a type, a group and a code table, and 4-bit parts must each
+ * hold whole blocks.
  */
 static engine_status put_mat(cuda_mat *dst, const k_weight *const *parts, int np, k_dtype wt, char *base,
-                             uint64_t *off, uploader *up, uint64_t *deq_elems, const char *what, err_buf *e)
+                             uint64_t *off, sink *k, uint64_t *deq_elems, const char *what, err_buf *e)
 {
     const k_weight *p0 = parts[0];
     memset(dst, 0, sizeof *dst);
-    uint64_t elems = 0, data = 0, scales = 0;
+    uint64_t elems = 0, data = 0, scales = 0, at;
     for (int i = 0; i < np; i++) {
         const k_weight *p = parts[i];
         const bool same = p->dtype == p0->dtype && (!k_dtype_is_quant(p->dtype) ||
@@ -192,110 +281,147 @@ static engine_status put_mat(cuda_mat *dst, const k_weight *const *parts, int np
     engine_status st = ENGINE_OK;
     if (!k_dtype_is_quant(p0->dtype)) {
         dst->t = wt;
-        char *at = carve(base, off, elems * k_dtype_size(wt), ALIGN);
-        dst->w = at;
-        for (int i = 0; up && !st && i < np; i++) {
-            st = up_tensor(up, at, wt, parts[i], e);
+        dst->w = carve_at(base, off, elems * k_dtype_size(wt), &at);
+        for (int i = 0; !st && i < np; i++) {
+            st = sink_tensor(k, base, at, wt, parts[i], e);
             at += q_elems(parts[i]) * k_dtype_size(wt);
         }
         return st;
     }
     dst->t = p0->dtype;
     dst->group = p0->dtype == K_I8 ? p0->group : p0->block;
-    char *w = carve(base, off, data, ALIGN), *sc = carve(base, off, scales * sizeof(float), ALIGN);
-    dst->w = w;
-    dst->scales = (float *)sc;
+    uint64_t w_at, sc_at, code_at = 0;
+    dst->w = carve_at(base, off, data, &w_at);
+    dst->scales = (float *)carve_at(base, off, scales * sizeof(float), &sc_at);
     if (p0->dtype != K_I8)
-        dst->code = carve(base, off, 16 * sizeof(float), ALIGN);
+        dst->code = (float *)carve_at(base, off, 16 * sizeof(float), &code_at);
     if (elems > *deq_elems)
         *deq_elems = elems;
-    for (int i = 0; up && !st && i < np; i++) {
+    for (int i = 0; !st && i < np; i++) {
         const k_weight *p = parts[i];
-        st = up_bytes(up, w, p->data, q_data_bytes(p), e);
-        if (!st && p->dtype == K_I8) {
-            st = up_bytes(up, sc, p->scales, q_scale_count(p) * sizeof(float), e);
-        } else if (!st) {
-            float *am = q_absmax_f32(p); /* copied into the staging buffers before up_bytes returns */
-            st = am ? up_bytes(up, sc, am, q_scale_count(p) * sizeof(float), e)
-                    : err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
-            free(am);
-            if (!st && i == 0)
-                st = up_bytes(up, dst->code, p->code, 16 * sizeof(float), e);
-        }
-        w += q_data_bytes(p);
-        sc += q_scale_count(p) * sizeof(float);
+        st = sink_bytes(k, base, w_at, p->data, q_data_bytes(p), e);
+        if (!st && p->dtype == K_I8)
+            st = sink_bytes(k, base, sc_at, p->scales, q_scale_count(p) * sizeof(float), e);
+        else if (!st)
+            st = sink_absmax(k, base, sc_at, p, e);
+        if (!st && p->dtype != K_I8 && i == 0)
+            st = sink_bytes(k, base, code_at, p->code, 16 * sizeof(float), e);
+        w_at += q_data_bytes(p);
+        sc_at += q_scale_count(p) * sizeof(float);
     }
     return st;
 }
 
 /* ---- layout ---- */
 
-/* Lay out (and with up != NULL, upload) every weight; returns the bytes needed. */
-static engine_status place(cuda_model *cm, const engine_model *m, char *base, uploader *up, uint64_t *bytes,
-                           err_buf *e)
+/* Layer l's four matrices at base from offset *off. */
+static engine_status put_layer_mats(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, char *base,
+                                    uint64_t *off, sink *k, err_buf *e)
+{
+    const layer_weights *L = &m->layers[l];
+    const k_dtype wt = cm->wt;
+    const k_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *o[] = {&L->wo}, *gu[] = {&L->w_gate, &L->w_up},
+                   *down[] = {&L->w_down};
+    engine_status st = put_mat(&D->wqkv, qkv, 3, wt, base, off, k, &cm->deq_elems, "q/k/v", e);
+    if (!st)
+        st = put_mat(&D->wo, o, 1, wt, base, off, k, &cm->deq_elems, "the attention output", e);
+    if (!st)
+        st = put_mat(&D->w_gu, gu, 2, wt, base, off, k, &cm->deq_elems, "gate/up", e);
+    if (!st)
+        st = put_mat(&D->w_down, down, 1, wt, base, off, k, &cm->deq_elems, "the down projection", e);
+    *off = (*off + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+    return st;
+}
+
+void cuda_layer_mats(const cuda_model *cm, const engine_model *m, int l, char *base, cuda_layer *D)
+{
+    cuda_model scratch = *cm; /* put_mat only raises deq_elems, already at its maximum */
+    sink none = {NULL, NULL};
+    uint64_t off = 0;
+    put_layer_mats(&scratch, m, l, D, base, &off, &none, NULL);
+}
+
+/*
+ * Lay out every resident weight at base (and with up, upload it); with rec,
+ * record the streamed layers' copies. Every part (embeddings, head, a
+ * layer's matrices, its norms and biases) ends ALIGN-padded, as
+ * plan_weights_of() counts them. Returns the resident bytes.
+ */
+static engine_status place(cuda_model *cm, const engine_model *m, char *base, uploader *up, recorder *rec,
+                           uint64_t *bytes, err_buf *e)
 {
     const cfg_model *c = &m->cfg;
     const k_dtype wt = cm->wt;
     const int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-    uint64_t off = 0;
+    const stream_model *sm = cm->sm;
+    sink res = {up, NULL};
+    uint64_t off = 0, at;
     engine_status st = ENGINE_OK;
+#define PAD() (off = (off + ALIGN - 1) & ~(uint64_t)(ALIGN - 1))
 /* Place a matrix or vector and upload it (vectors as fp32). */
-#define PUT(dst, w, type)                                                                      \
-    do {                                                                                       \
-        void *p_ = carve(base, &off, (uint64_t)(w)->rows * (w)->cols * k_dtype_size(type), ALIGN);   \
-        dst = p_;                                                                              \
-        if (up && !st)                                                                         \
-            st = up_tensor(up, p_, type, w, e);                                                \
+#define PUT(dst, w, type)                                                                        \
+    do {                                                                                         \
+        dst = (void *)carve_at(base, &off, (uint64_t)(w)->rows * (w)->cols * k_dtype_size(type), &at); \
+        if (!st)                                                                                 \
+            st = sink_tensor(&res, base, at, type, w, e);                                        \
     } while (0)
 /* Several tensors stacked by rows into one; a part without data is zeros (biases). */
-#define PUT_STACK(dst, type, ...)                                                              \
-    do {                                                                                       \
-        const k_weight *parts_[] = {__VA_ARGS__};                                              \
-        const int np_ = (int)(sizeof parts_ / sizeof parts_[0]);                               \
-        bool any_ = false;                                                                     \
-        uint64_t n_ = 0;                                                                       \
-        for (int i_ = 0; i_ < np_; i_++) {                                                     \
-            any_ = any_ || parts_[i_]->data;                                                   \
-            n_ += (uint64_t)parts_[i_]->rows * parts_[i_]->cols;                               \
-        }                                                                                      \
-        dst = NULL;                                                                            \
-        if (any_) {                                                                            \
-            char *p_ = carve(base, &off, n_ * k_dtype_size(type), ALIGN);                             \
-            dst = (void *)p_;                                                                  \
-            for (int i_ = 0; up && !st && i_ < np_; i_++) {                                    \
+#define PUT_STACK(dst, type, ...)                                                                \
+    do {                                                                                         \
+        const k_weight *parts_[] = {__VA_ARGS__};                                                \
+        const int np_ = (int)(sizeof parts_ / sizeof parts_[0]);                                 \
+        bool any_ = false;                                                                       \
+        uint64_t n_ = 0;                                                                         \
+        for (int i_ = 0; i_ < np_; i_++) {                                                       \
+            any_ = any_ || parts_[i_]->data;                                                     \
+            n_ += (uint64_t)parts_[i_]->rows * parts_[i_]->cols;                                 \
+        }                                                                                        \
+        dst = NULL;                                                                              \
+        if (any_) {                                                                              \
+            dst = (void *)carve_at(base, &off, n_ * k_dtype_size(type), &at);                    \
+            for (int i_ = 0; up && !st && i_ < np_; i_++) {                                      \
                 const size_t b_ = (size_t)parts_[i_]->rows * parts_[i_]->cols * k_dtype_size(type); \
-                if (parts_[i_]->data)                                                          \
-                    st = up_tensor(up, p_, type, parts_[i_], e);                               \
-                else if (cudaMemsetAsync(p_, 0, b_, up->stream) != cudaSuccess)                \
-                    st = err_set(e, ENGINE_ERR_CUDA, "weight upload: memset failed");         \
-                p_ += b_;                                                                      \
-            }                                                                                  \
-        }                                                                                      \
+                if (parts_[i_]->data)                                                            \
+                    st = up_tensor(up, base + at, type, parts_[i_], e);                          \
+                else if (cudaMemsetAsync(base + at, 0, b_, up->stream) != cudaSuccess)          \
+                    st = err_set(e, ENGINE_ERR_CUDA, "weight upload: memset failed");           \
+                at += b_;                                                                        \
+            }                                                                                    \
+        }                                                                                        \
     } while (0)
 
-#define PUT_MAT(dst, what, ...)                                                                    \
-    do {                                                                                           \
-        const k_weight *parts_[] = {__VA_ARGS__};                                                  \
-        if (!st)                                                                                   \
-            st = put_mat(&(dst), parts_, (int)(sizeof parts_ / sizeof parts_[0]), wt, base, &off, up, \
-                         &cm->deq_elems, what, e);                                                 \
-    } while (0)
     cm->deq_elems = 0;
-    PUT(cm->tok_emb, &m->tok_emb, wt);
-    if (m->lm_head.data == m->tok_emb.data)
-        cm->lm_head = (cuda_mat){.w = cm->tok_emb, .t = wt};
+    if (sm && sm->emb_host)
+        cm->tok_emb = NULL; /* read from host memory: stream_emb_pointer() */
     else
-        PUT_MAT(cm->lm_head, "the output head", &m->lm_head);
+        PUT(cm->tok_emb, &m->tok_emb, wt);
+    PAD();
+    if (m->lm_head.data == m->tok_emb.data) {
+        cm->lm_head = (cuda_mat){.w = cm->tok_emb, .t = wt};
+    } else if (!st) {
+        const k_weight *head[] = {&m->lm_head};
+        st = put_mat(&cm->lm_head, head, 1, wt, base, &off, &res, &cm->deq_elems, "the output head", e);
+    }
     PUT(cm->out_norm, &m->out_norm, K_F32);
-    for (int l = 0; l < c->n_layers; l++) {
+    PAD();
+    for (int l = 0; l < c->n_layers && !st; l++) {
         const layer_weights *L = &m->layers[l];
         cuda_layer *D = &cm->layers[l];
+        const int si = sm ? sm->index[l] : -1;
+        if (si >= 0) {
+            /* Its matrices go to a slot at offsets from 0: recorded, not uploaded. */
+            sink to_slot = {NULL, rec};
+            uint64_t soff = 0;
+            if (rec)
+                rec->layer = si;
+            st = put_layer_mats(cm, m, l, D, NULL, &soff, &to_slot, e);
+            if (soff > cm->sm->slot_bytes)
+                cm->sm->slot_bytes = soff;
+        } else {
+            st = put_layer_mats(cm, m, l, D, base, &off, &res, e);
+        }
         /* Biases absent from a stacked set are zero-filled rows of the right size. */
         k_weight zq = {NULL, K_F32, 1, qd}, zkv = {NULL, K_F32, 1, kvd}, zf = {NULL, K_F32, 1, c->ffn_dim};
-        PUT_MAT(D->wqkv, "q/k/v", &L->wq, &L->wk, &L->wv);
-        PUT_MAT(D->wo, "the attention output", &L->wo);
-        PUT_MAT(D->w_gu, "gate/up", &L->w_gate, &L->w_up);
-        PUT_MAT(D->w_down, "the down projection", &L->w_down);
         PUT(D->attn_norm, &L->attn_norm, K_F32);
         PUT(D->ffn_norm, &L->ffn_norm, K_F32);
         D->q_norm = D->k_norm = NULL;
@@ -312,10 +438,11 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         D->b_down = NULL;
         if (L->b_down.data)
             PUT(D->b_down, &L->b_down, K_F32);
+        PAD();
     }
 #undef PUT
 #undef PUT_STACK
-#undef PUT_MAT
+#undef PAD
     *bytes = off;
     return st;
 }
@@ -325,6 +452,58 @@ static double seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/*
+ * Device bytes a budget must leave to the CUDA context and the runtime:
+ * what is in use once the context exists (the context itself, and
+ * anything else on the device), rounded up to the arena's unit, plus what
+ * the runtime allocates later outside the arena (kernel modules loaded on
+ * first launch, the cuBLASLt handle, graphs).
+ */
+static engine_status measure_reserve(uint64_t *reserve, size_t *free_out, err_buf *e)
+{
+    size_t free_b = 0, total_b = 0;
+    cudaError_t ce = cudaFree(NULL); /* creates the context now, so free memory below is net of it */
+    if (ce == cudaSuccess)
+        ce = cudaMemGetInfo(&free_b, &total_b);
+    if (ce != cudaSuccess)
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA device: %s", cudaGetErrorString(ce));
+    const uint64_t used = (uint64_t)(total_b - free_b), g = PLAN_GRANULARITY;
+    *reserve = (used + g - 1) / g * g + RUNTIME_RESERVE;
+    if (free_out)
+        *free_out = free_b;
+    return ENGINE_OK;
+}
+
+engine_status cuda_device_reserve(uint64_t *bytes, err_buf *e)
+{
+    return measure_reserve(bytes, NULL, e);
+}
+
+const engine_plan *cuda_model_plan(const cuda_model *cm)
+{
+    return cm ? cm->plan : NULL;
+}
+
+/* Plan the placement for the arena's budget; refuse what the plan refuses or this backend cannot do. */
+static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t plan_budget, err_buf *e)
+{
+    engine_plan_params pp = engine_plan_default_params();
+    pp.vram_budget = plan_budget;
+    pp.n_ctx = m->plan_ctx;
+    pp.cuda_context_bytes = cm->reserve;
+    pp.min_layers_streamed = m->min_streamed;
+    char msg[ERR_MSG_MAX] = "";
+    engine_status st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
+    if (st)
+        return err_set(e, st, "%s", msg);
+    const size_t n = engine_plan_n_entries(cm->plan);
+    if (engine_plan_entry_at(cm->plan, n - 1)->placement == ENGINE_PLACE_STREAMED)
+        return err_set(e, ENGINE_ERR_UNSUPPORTED,
+                       "%s; streaming the output head is not implemented on CUDA yet (a larger budget, a shorter "
+                       "--ctx or a quantized format keeps it resident)", engine_plan_summary(cm->plan));
+    return ENGINE_OK;
 }
 
 engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **out, err_buf *e)
@@ -338,32 +517,52 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
         free(cm);
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    engine_status st = ENGINE_OK;
+    size_t free_b = 0;
     cudaError_t ce = cudaGetDevice(&cm->device);
     if (ce == cudaSuccess)
-        ce = cudaFree(NULL); /* creates the context now, so free memory below is net of it */
-    if (ce == cudaSuccess)
         ce = cudaDeviceGetAttribute(&cm->n_sms, cudaDevAttrMultiProcessorCount, cm->device);
-    size_t free_b = 0, total_b = 0;
-    if (ce == cudaSuccess)
-        ce = cudaMemGetInfo(&free_b, &total_b);
-    if (ce != cudaSuccess) {
-        cuda_model_free(cm);
-        return err_set(e, ENGINE_ERR_CUDA, "CUDA device: %s", cudaGetErrorString(ce));
-    }
-    if (budget == 0)
-        budget = free_b > BUDGET_MARGIN ? free_b - BUDGET_MARGIN : 0;
-    else if (budget > free_b)
-        model_log(m, ENGINE_LOG_WARN, "the budget of %.2f GiB is above the %.2f GiB the device has free",
-                  budget / 1073741824.0, free_b / 1073741824.0);
-    st = arena_create(budget, getenv("ENGINE_ARENA_PLAIN") != NULL, &cm->arena, e);
+    engine_status st = ce == cudaSuccess ? measure_reserve(&cm->reserve, &free_b, e)
+                                         : err_set(e, ENGINE_ERR_CUDA, "CUDA device: %s", cudaGetErrorString(ce));
     if (st) {
         cuda_model_free(cm);
         return st;
     }
+    /* The budget covers everything on the device: the arena gets what the context leaves. */
+    uint64_t arena_budget;
+    if (budget == 0) {
+        arena_budget = free_b > BUDGET_MARGIN ? free_b - BUDGET_MARGIN : 0;
+        budget = arena_budget + cm->reserve;
+    } else if (budget <= cm->reserve) {
+        const uint64_t reserve = cm->reserve;
+        cuda_model_free(cm);
+        return err_set(e, ENGINE_ERR_OVER_BUDGET,
+                       "the budget of %.1f MiB is below the %.1f MiB the CUDA context and runtime take on this device",
+                       budget / 1048576.0, reserve / 1048576.0);
+    } else {
+        arena_budget = budget - cm->reserve;
+        if (arena_budget > free_b)
+            model_log(m, ENGINE_LOG_WARN, "the budget of %.2f GiB is above the %.2f GiB the device has free",
+                      budget / 1073741824.0, (free_b + cm->reserve) / 1073741824.0);
+    }
     cm->wt = m->tok_emb.dtype; /* the dense type; quantized matrices keep their own */
+    st = plan_placement(cm, m, budget, e);
+    if (!st)
+        st = arena_create(arena_budget, getenv("ENGINE_ARENA_PLAIN") != NULL, &cm->arena, e);
+    if (!st)
+        st = stream_model_open(cm, m, cm->plan, e);
+    /* Size the resident region and the streamed layers' host image, then fill both. */
+    recorder rec = {cm->sm, 0, false, 0, m->n_threads};
     uint64_t bytes = 0;
-    st = place(cm, m, NULL, NULL, &bytes, e);
+    if (!st)
+        st = place(cm, m, NULL, NULL, cm->sm ? &rec : NULL, &bytes, e);
+    if (!st && cm->sm && rec.img_off > 0) {
+        ce = cudaHostAlloc((void **)&cm->sm->image, rec.img_off, cudaHostAllocPortable);
+        if (ce != cudaSuccess)
+            st = err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "pinning %.1f MiB of host memory for streamed layers: %s",
+                         rec.img_off / 1048576.0, cudaGetErrorString(ce));
+        cm->sm->image_bytes = rec.img_off;
+        cm->sm->pinned += rec.img_off;
+    }
     if (!st)
         st = arena_alloc(cm->arena, bytes, ARENA_WEIGHTS, "the weights", &cm->weights, e);
     if (st) {
@@ -373,10 +572,14 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
     cm->weight_bytes = bytes;
     const double t0 = seconds();
     uploader up;
+    rec.fill = true;
+    rec.img_off = 0;
     st = up_open(&up, m->n_threads, e);
     if (!st)
-        st = place(cm, m, cm->weights, &up, &bytes, e);
+        st = place(cm, m, cm->weights, &up, cm->sm ? &rec : NULL, &bytes, e);
     up_close(&up);
+    if (!st && cm->sm && cm->sm->emb_host)
+        st = stream_emb_pointer(cm->sm, &m->tok_emb, &cm->tok_emb, e);
     if (!st && (ce = cudaGetLastError()) != cudaSuccess)
         st = err_set(e, ENGINE_ERR_CUDA, "weight upload: %s", cudaGetErrorString(ce));
     if (st) {
@@ -389,6 +592,12 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
     model_log(m, ENGINE_LOG_INFO, "CUDA: %.2f GiB of weights uploaded in %.2f s (%.1f GB/s); budget %.2f GiB%s",
               bytes / 1073741824.0, cm->upload_seconds, bytes / 1e9 / (cm->upload_seconds + 1e-9),
               as.budget / 1073741824.0, as.vmm ? "" : " (one plain allocation: no virtual memory management)");
+    model_log(m, ENGINE_LOG_INFO, "CUDA: %s", engine_plan_summary(cm->plan));
+    if (cm->sm)
+        model_log(m, ENGINE_LOG_INFO, "CUDA: %d layers streamed, %.2f GiB of host memory pinned (%.2f GiB of it "
+                  "converted copies), %.2f GiB reserved for the CUDA context",
+                  cm->sm->n, cm->sm->pinned / 1073741824.0, cm->sm->image_bytes / 1073741824.0,
+                  cm->reserve / 1073741824.0);
     *out = cm;
     return ENGINE_OK;
 }
@@ -401,6 +610,8 @@ void cuda_model_free(cuda_model *cm)
         arena_free(cm->arena, cm->weights);
         arena_destroy(cm->arena);
     }
+    stream_model_free(cm->sm);
+    engine_plan_free(cm->plan);
     free(cm->layers);
     free(cm);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "state.h"
+#include "stream.h"
 
 #define WORKSPACE_BYTES PLAN_WORKSPACE /* cuBLASLt's recommendation for Hopper */
 
@@ -85,6 +86,11 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->k_cache = cs->kv;
     cs->v_cache = (char *)cs->kv + one;
     layout(cs, s, cs->act_region);
+    st = stream_session_create(cs, s, e);
+    if (st) {
+        cuda_session_free(cs);
+        return st;
+    }
 
     cudaError_t ce = cudaStreamCreateWithFlags(&cs->lc.stream, cudaStreamNonBlocking);
     for (int i = 0; i < 2 && ce == cudaSuccess; i++)
@@ -139,6 +145,7 @@ void cuda_session_free(cuda_session *cs)
     for (int i = 0; i < 2; i++)
         if (cs->step_done[i])
             cudaEventDestroy(cs->step_done[i]);
+    stream_session_free(cs);
     launch_gemm_destroy(&cs->lc);
     if (cs->lc.stream)
         cudaStreamDestroy(cs->lc.stream);
@@ -162,7 +169,7 @@ void cuda_memory(const engine_session *s, engine_memory_report *r)
     arena_get_stats(s->model->cuda->arena, &as);
     r->kv_cache = s->cuda->kv_bytes;
     r->activations = s->cuda->act_bytes + WORKSPACE_BYTES; /* buffers and the cuBLASLt workspace */
-    r->weights_owned = s->model->cuda->weight_bytes;
+    r->weights_owned = s->model->cuda->weight_bytes + stream_session_bytes(s->cuda); /* resident, and the slots */
     r->device_total = as.in_use;
     r->device_reserved = as.reserved;
     r->device_mapped = as.mapped;

@@ -56,8 +56,13 @@ struct cuda_model {
     cuda_mat lm_head;   /* [vocab, dim]; tok_emb when tied                 */
     uint64_t deq_elems; /* the largest quantized matrix (prefill decodes it) */
     float *out_norm;    /* [dim]                                           */
-    cuda_layer *layers; /* [n_layers], host array of device pointers       */
+    cuda_layer *layers; /* [n_layers], host array of device pointers; a
+                           streamed layer's matrices are NULL here (each
+                           session points them into its slots)            */
     double upload_seconds;
+    struct stream_model *sm; /* the streamed layers' sources; NULL when all resident */
+    engine_plan *plan;  /* the placement (engine_model_plan)               */
+    uint64_t reserve;   /* device bytes left out of the budget for the CUDA context */
 };
 
 /*
@@ -73,6 +78,8 @@ _Static_assert(STEP_INTS == PLAN_STEP_INTS, "the planner sizes the step ints");
 struct cuda_session {
     cuda_model *cm;
     launch_ctx lc;        /* stream, cuBLASLt handle, workspace          */
+    cuda_layer *layers;   /* [n_layers] cm->layers, with the streamed ones in this session's slots */
+    struct stream_session *ss; /* slots, copy stream, events; NULL when nothing streams */
     void *kv;             /* arena region: k_cache and v_cache           */
     void *act_region;     /* arena region: everything below but the KV   */
                           /* (lc.workspace is a region of its own)       */

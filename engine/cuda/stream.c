@@ -1,0 +1,465 @@
+/*
+ * stream.c: streamed layers (see stream.h). The model side pins the file
+ * mappings and keeps each streamed layer's copy list; the session side
+ * owns the slots, the copy stream, the events that order it against the
+ * compute stream, and the timing of the passes it is asked to measure.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream.h"
+
+#define ALIGN 256
+
+struct stream_session {
+    const stream_model *sm;
+    char *slots;              /* arena region: n_slots x stride            */
+    uint64_t stride;
+    cudaStream_t copy;
+    cudaEvent_t fork, join;
+    cudaEvent_t *copied;      /* [n] streamed layer i is in its slot       */
+    cudaEvent_t *freed;       /* [n] layer i's compute is done with its slot */
+    /* Timing of one pass: copies [cb, ce] per streamed layer, compute [lb, le] per layer, [t0, t1] in all. */
+    bool timing, profile;
+    cudaEvent_t t0, t1, *cb, *ce, *lb, *le;
+    int n_layers;
+    bool pending;             /* a timed pass not yet collected            */
+    int pending_tokens;
+    stream_times prefill;
+};
+
+/* ------------------------------------------------------------ model side */
+
+bool stream_pinned(const stream_model *sm, const void *p, uint64_t bytes)
+{
+    const char *c = p;
+    for (int i = 0; sm && c && i < sm->n_reg; i++) {
+        const char *lo = sm->reg[i].p;
+        if (c >= lo && bytes <= sm->reg[i].len && c - lo <= (ptrdiff_t)(sm->reg[i].len - bytes))
+            return true;
+    }
+    return false;
+}
+
+bool stream_add_copy(stream_model *sm, int i, uint64_t dst, const void *src, uint64_t bytes)
+{
+    sm->bytes[i] += bytes;
+    if (sm->n_copies > sm->first[i]) { /* merge with layer i's last copy when both sides continue it */
+        stream_copy *last = &sm->copies[sm->n_copies - 1];
+        if (last->dst + last->bytes == dst && (const char *)last->src + last->bytes == (const char *)src) {
+            last->bytes += bytes;
+            return true;
+        }
+    }
+    if (sm->n_copies == sm->cap_copies) {
+        const int cap = sm->cap_copies ? 2 * sm->cap_copies : 64;
+        stream_copy *g = realloc(sm->copies, (size_t)cap * sizeof *g);
+        if (!g)
+            return false;
+        sm->copies = g;
+        sm->cap_copies = cap;
+    }
+    sm->copies[sm->n_copies++] = (stream_copy){dst, src, bytes};
+    sm->first[i + 1] = sm->n_copies; /* layers are laid out in order */
+    return true;
+}
+
+engine_status stream_model_open(cuda_model *cm, const engine_model *m, const engine_plan *plan, err_buf *e)
+{
+    const int L = m->cfg.n_layers;
+    const int n = engine_plan_get_totals(plan)->n_layers_streamed;
+    const bool emb_host = engine_plan_entry_at(plan, 0)->placement == ENGINE_PLACE_STREAMED;
+    cm->sm = NULL;
+    if (n == 0 && !emb_host)
+        return ENGINE_OK;
+    stream_model *sm = calloc(1, sizeof *sm);
+    if (!sm)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    cm->sm = sm;
+    sm->n = n;
+    sm->n_slots = n > 0 ? 2 : 0; /* as the planner counts them */
+    sm->emb_host = emb_host;
+    sm->index = malloc((size_t)L * sizeof *sm->index);
+    sm->layer_of = calloc((size_t)n + 1, sizeof *sm->layer_of);
+    sm->bytes = calloc((size_t)n + 1, sizeof *sm->bytes);
+    sm->first = calloc((size_t)n + 2, sizeof *sm->first);
+    sm->reg = calloc((size_t)st_n_files(m->weights) + 1, sizeof *sm->reg);
+    if (!sm->index || !sm->layer_of || !sm->bytes || !sm->first || !sm->reg)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int l = 0, i = 0; l < L; l++) {
+        const bool str = engine_plan_entry_at(plan, 1 + (size_t)l)->placement == ENGINE_PLACE_STREAMED;
+        sm->index[l] = str ? i : -1;
+        if (str)
+            sm->layer_of[i++] = l;
+    }
+    /* Pin the mappings so the copy engine reads the file's pages directly
+     * (53.9 GB/s on an H100, HARDWARE.md). Where that fails (no read-only
+     * registration on this driver), the tensors go through the host image. */
+    int ro = 0;
+    cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, cm->device);
+    for (int f = 0; ro && f < st_n_files(m->weights); f++) {
+        size_t len = 0;
+        const void *p = st_file_map(m->weights, f, &len);
+        if (!p || !len)
+            continue;
+        cudaError_t ce = cudaHostRegister((void *)p, len,
+                                          cudaHostRegisterPortable | cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+        if (ce != cudaSuccess) {
+            cudaGetLastError();
+            model_log(m, ENGINE_LOG_WARN, "CUDA: %s could not be pinned (%s): its streamed tensors are copied",
+                      st_file_path(m->weights, f), cudaGetErrorString(ce));
+            continue;
+        }
+        sm->reg[sm->n_reg++] = (stream_range){p, len};
+        sm->pinned += len;
+    }
+    return ENGINE_OK;
+}
+
+engine_status stream_emb_pointer(stream_model *sm, const k_weight *emb, void **dev, err_buf *e)
+{
+    const uint64_t bytes = (uint64_t)emb->rows * emb->cols * k_dtype_size(emb->dtype);
+    const void *host = emb->data;
+    cudaError_t ce = cudaSuccess;
+    if (!stream_pinned(sm, host, bytes)) {
+        ce = cudaHostAlloc(&sm->emb_copy, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+        if (ce == cudaSuccess) {
+            memcpy(sm->emb_copy, host, bytes);
+            sm->pinned += bytes;
+            host = sm->emb_copy;
+        }
+    }
+    if (ce == cudaSuccess)
+        ce = cudaHostGetDevicePointer(dev, (void *)host, 0);
+    return ce == cudaSuccess ? ENGINE_OK
+                             : err_set(e, ENGINE_ERR_CUDA, "embeddings in host memory: %s", cudaGetErrorString(ce));
+}
+
+void stream_model_free(stream_model *sm)
+{
+    if (!sm)
+        return;
+    for (int i = 0; i < sm->n_reg; i++)
+        cudaHostUnregister((void *)sm->reg[i].p);
+    if (sm->image)
+        cudaFreeHost(sm->image);
+    if (sm->emb_copy)
+        cudaFreeHost(sm->emb_copy);
+    free(sm->index);
+    free(sm->layer_of);
+    free(sm->bytes);
+    free(sm->first);
+    free(sm->copies);
+    free(sm->reg);
+    free(sm);
+}
+
+/* ---------------------------------------------------------- session side */
+
+static cudaError_t make_events(cudaEvent_t **out, int n, unsigned flags)
+{
+    *out = calloc((size_t)n + 1, sizeof **out);
+    if (!*out)
+        return cudaErrorMemoryAllocation;
+    cudaError_t ce = cudaSuccess;
+    for (int i = 0; i < n && ce == cudaSuccess; i++)
+        ce = cudaEventCreateWithFlags(&(*out)[i], flags);
+    return ce;
+}
+
+static void free_events(cudaEvent_t *ev, int n)
+{
+    for (int i = 0; ev && i < n; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+    free(ev);
+}
+
+engine_status stream_session_create(cuda_session *cs, const engine_session *s, err_buf *e)
+{
+    const cuda_model *cm = cs->cm;
+    const int L = s->model->cfg.n_layers;
+    cs->layers = malloc((size_t)L * sizeof *cs->layers);
+    if (!cs->layers)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(cs->layers, cm->layers, (size_t)L * sizeof *cs->layers);
+    const stream_model *sm = cm->sm;
+    if (!sm || sm->n == 0)
+        return ENGINE_OK;
+    stream_session *ss = calloc(1, sizeof *ss);
+    if (!ss)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    cs->ss = ss;
+    ss->sm = sm;
+    ss->n_layers = L;
+    ss->stride = (sm->slot_bytes + ALIGN - 1) / ALIGN * ALIGN;
+    engine_status st = arena_alloc(cm->arena, ss->stride * (uint64_t)sm->n_slots, ARENA_WEIGHTS,
+                                   "the stream buffers", (void **)&ss->slots, e);
+    if (st)
+        return st;
+    for (int i = 0; i < sm->n; i++)
+        cuda_layer_mats(cm, s->model, sm->layer_of[i], ss->slots + (uint64_t)(i % sm->n_slots) * ss->stride,
+                        &cs->layers[sm->layer_of[i]]);
+    const unsigned sync = cudaEventDisableTiming;
+    cudaError_t ce = cudaStreamCreateWithFlags(&ss->copy, cudaStreamNonBlocking);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreateWithFlags(&ss->fork, sync);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreateWithFlags(&ss->join, sync);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreate(&ss->t0);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreate(&ss->t1);
+    if (ce == cudaSuccess)
+        ce = make_events(&ss->copied, sm->n, sync);
+    if (ce == cudaSuccess)
+        ce = make_events(&ss->freed, sm->n, sync);
+    if (ce == cudaSuccess)
+        ce = make_events(&ss->cb, sm->n, cudaEventDefault);
+    if (ce == cudaSuccess)
+        ce = make_events(&ss->ce, sm->n, cudaEventDefault);
+    if (ce == cudaSuccess)
+        ce = make_events(&ss->lb, L, cudaEventDefault);
+    if (ce == cudaSuccess)
+        ce = make_events(&ss->le, L, cudaEventDefault);
+    if (ce != cudaSuccess)
+        return err_set(e, ENGINE_ERR_CUDA, "stream setup: %s", cudaGetErrorString(ce));
+    return ENGINE_OK;
+}
+
+void stream_session_free(cuda_session *cs)
+{
+    stream_session *ss = cs->ss;
+    free(cs->layers);
+    cs->layers = NULL;
+    if (!ss)
+        return;
+    const int n = ss->sm->n;
+    if (ss->copy) {
+        cudaStreamSynchronize(ss->copy);
+        cudaStreamDestroy(ss->copy);
+    }
+    cudaEvent_t one[] = {ss->fork, ss->join, ss->t0, ss->t1};
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+        if (one[i])
+            cudaEventDestroy(one[i]);
+    free_events(ss->copied, n);
+    free_events(ss->freed, n);
+    free_events(ss->cb, n);
+    free_events(ss->ce, n);
+    free_events(ss->lb, ss->n_layers);
+    free_events(ss->le, ss->n_layers);
+    arena_free(cs->cm->arena, ss->slots);
+    free(ss);
+    cs->ss = NULL;
+}
+
+uint64_t stream_session_bytes(const cuda_session *cs)
+{
+    return cs->ss ? cs->ss->stride * (uint64_t)cs->ss->sm->n_slots : 0;
+}
+
+static int failed(cuda_session *cs, cudaError_t ce)
+{
+    return launch_fail(&cs->lc, "streaming: %s", cudaGetErrorString(ce));
+}
+
+/* Queue streamed layer i's copies into its slot, once the layer before it in that slot is done. */
+static int copy_layer(cuda_session *cs, int i)
+{
+    stream_session *ss = cs->ss;
+    const stream_model *sm = ss->sm;
+    char *slot = ss->slots + (uint64_t)(i % sm->n_slots) * ss->stride;
+    cudaError_t ce = i >= sm->n_slots ? cudaStreamWaitEvent(ss->copy, ss->freed[i - sm->n_slots], 0) : cudaSuccess;
+    if (ce == cudaSuccess && ss->timing)
+        ce = cudaEventRecord(ss->cb[i], ss->copy);
+    for (int k = sm->first[i]; k < sm->first[i + 1] && ce == cudaSuccess; k++)
+        ce = cudaMemcpyAsync(slot + sm->copies[k].dst, sm->copies[k].src, sm->copies[k].bytes,
+                             cudaMemcpyHostToDevice, ss->copy);
+    if (ce == cudaSuccess && ss->timing)
+        ce = cudaEventRecord(ss->ce[i], ss->copy);
+    if (ce == cudaSuccess)
+        ce = cudaEventRecord(ss->copied[i], ss->copy);
+    return ce == cudaSuccess ? 0 : failed(cs, ce);
+}
+
+int stream_begin(cuda_session *cs, int tokens, bool timing)
+{
+    stream_session *ss = cs->ss;
+    if (!ss)
+        return 0;
+    ss->timing = timing || ss->profile;
+    /* The last timed pass was a prompt's: account it before its events are
+     * reused. An untimed pass (a graph being captured: no synchronizing
+     * there) records none of them and leaves it pending. */
+    if (ss->timing) {
+        if (ss->pending)
+            stream_collect(cs, ss->pending_tokens, &ss->prefill);
+        ss->pending_tokens = tokens;
+    }
+    cudaError_t ce = ss->timing ? cudaEventRecord(ss->t0, cs->lc.stream) : cudaSuccess;
+    if (ce == cudaSuccess)
+        ce = cudaEventRecord(ss->fork, cs->lc.stream);
+    if (ce == cudaSuccess)
+        ce = cudaStreamWaitEvent(ss->copy, ss->fork, 0);
+    if (ce != cudaSuccess)
+        return failed(cs, ce);
+    for (int i = 0; i < ss->sm->n && i < ss->sm->n_slots; i++)
+        if (copy_layer(cs, i))
+            return -1;
+    return 0;
+}
+
+int stream_before_layer(cuda_session *cs, int l)
+{
+    stream_session *ss = cs->ss;
+    if (!ss)
+        return 0;
+    const int i = ss->sm->index[l];
+    cudaError_t ce = i >= 0 ? cudaStreamWaitEvent(cs->lc.stream, ss->copied[i], 0) : cudaSuccess;
+    if (ce == cudaSuccess && ss->timing)
+        ce = cudaEventRecord(ss->lb[l], cs->lc.stream);
+    return ce == cudaSuccess ? 0 : failed(cs, ce);
+}
+
+int stream_after_layer(cuda_session *cs, int l)
+{
+    stream_session *ss = cs->ss;
+    if (!ss)
+        return 0;
+    const int i = ss->sm->index[l];
+    cudaError_t ce = ss->timing ? cudaEventRecord(ss->le[l], cs->lc.stream) : cudaSuccess;
+    if (ce == cudaSuccess && i >= 0)
+        ce = cudaEventRecord(ss->freed[i], cs->lc.stream);
+    if (ce != cudaSuccess)
+        return failed(cs, ce);
+    return i >= 0 && i + ss->sm->n_slots < ss->sm->n ? copy_layer(cs, i + ss->sm->n_slots) : 0;
+}
+
+int stream_end(cuda_session *cs)
+{
+    stream_session *ss = cs->ss;
+    if (!ss)
+        return 0;
+    cudaError_t ce = cudaEventRecord(ss->join, ss->copy);
+    if (ce == cudaSuccess)
+        ce = cudaStreamWaitEvent(cs->lc.stream, ss->join, 0);
+    if (ce == cudaSuccess && ss->timing)
+        ce = cudaEventRecord(ss->t1, cs->lc.stream);
+    if (ss->timing)
+        ss->pending = ce == cudaSuccess;
+    return ce == cudaSuccess ? 0 : failed(cs, ce);
+}
+
+/* Seconds from t0 to ev. */
+static double since(const stream_session *ss, cudaEvent_t ev)
+{
+    float ms = 0.0f;
+    return cudaEventElapsedTime(&ms, ss->t0, ev) == cudaSuccess ? ms * 1e-3 : 0.0;
+}
+
+void stream_collect(cuda_session *cs, int tokens, stream_times *t)
+{
+    stream_session *ss = cs->ss;
+    if (!ss || !ss->pending)
+        return;
+    ss->pending = false;
+    if (cudaEventSynchronize(ss->t1) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    const stream_model *sm = ss->sm;
+    const int L = ss->n_layers;
+    double *cb = malloc((2 * (size_t)sm->n + 2 * (size_t)L + 1) * sizeof *cb);
+    if (!cb)
+        return;
+    double *cend = cb + sm->n, *lb = cend + sm->n, *le = lb + L;
+    double copy = 0, compute = 0, overlap = 0;
+    for (int i = 0; i < sm->n; i++) {
+        cb[i] = since(ss, ss->cb[i]);
+        cend[i] = since(ss, ss->ce[i]);
+        copy += cend[i] - cb[i];
+    }
+    for (int l = 0; l < L; l++) {
+        lb[l] = since(ss, ss->lb[l]);
+        le[l] = l + 1 < L ? since(ss, ss->le[l]) : since(ss, ss->t1); /* the last layer's span takes the head */
+        compute += le[l] - lb[l];
+        for (int i = 0; i < sm->n; i++) {
+            const double a = cb[i] > lb[l] ? cb[i] : lb[l], b = cend[i] < le[l] ? cend[i] : le[l];
+            if (b > a)
+                overlap += b - a;
+        }
+    }
+    free(cb);
+    t->passes++;
+    t->tokens += tokens;
+    t->wall += since(ss, ss->t1);
+    t->copy += copy;
+    t->compute += compute;
+    t->overlap += overlap;
+    for (int i = 0; i < sm->n; i++)
+        t->bytes += sm->bytes[i];
+}
+
+/* ----------------------------------------------------------------- report */
+
+static engine_offload_times as_public(const stream_times *t)
+{
+    return (engine_offload_times){t->passes, t->tokens, t->wall, t->copy, t->compute, t->overlap, t->bytes};
+}
+
+engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offload_report *r, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    const cuda_model *cm = cs->cm;
+    const stream_model *sm = cm->sm;
+    memset(r, 0, sizeof *r);
+    r->n_layers = s->model->cfg.n_layers;
+    r->device_reserve = cm->reserve;
+    if (!sm)
+        return ENGINE_OK;
+    r->n_layers_streamed = sm->n;
+    r->embeddings_on_host = sm->emb_host;
+    r->host_pinned = sm->pinned;
+    for (int i = 0; i < sm->n; i++)
+        r->bytes_per_token += sm->bytes[i];
+    if (sm->emb_host)
+        r->bytes_per_token += (uint64_t)s->model->cfg.dim * k_dtype_size(cm->wt);
+    r->stream_buffers = stream_session_bytes(cs);
+    stream_session *ss = cs->ss;
+    if (!ss)
+        return ENGINE_OK;
+    stream_collect(cs, ss->pending_tokens, &ss->prefill);
+    r->prefill = as_public(&ss->prefill);
+    if (n_decode <= 0 || s->n_past == 0)
+        return ENGINE_OK;
+    /* Evaluate the last token again at its position, one step at a time and
+     * timed: the cache row and the logits it leaves are those the engine
+     * recovers dropped logits with (forward_cuda.c, refresh_logits). */
+    cuda_greedy_drop(s);
+    stream_times dt = {0};
+    ss->profile = true;
+    engine_status st = ENGINE_OK;
+    for (int k = 0; k < (n_decode < 16 ? n_decode : 16) && !st; k++) {
+        cs->h_step[STEP_TOKEN] = s->tokens[s->n_past - 1];
+        cs->h_step[STEP_POS] = s->n_past - 1;
+        cudaError_t ce = cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                         cs->lc.stream);
+        if (ce == cudaSuccess && cuda_decode_eager(cs, s) != 0)
+            st = cuda_launch_error(cs, e);
+        else if (ce == cudaSuccess)
+            ce = cudaStreamSynchronize(cs->lc.stream);
+        if (!st && ce != cudaSuccess)
+            st = err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+        if (!st)
+            stream_collect(cs, 1, &dt);
+    }
+    ss->profile = false;
+    if (st)
+        return st;
+    cs->logits_stale = false;
+    r->decode = as_public(&dt);
+    return ENGINE_OK;
+}

@@ -1,0 +1,116 @@
+/*
+ * stream.h: layers kept in host memory and streamed to the GPU when a pass
+ * needs them (the offload plan's "streamed" placement).
+ *
+ * The model side (stream_model) knows, for each streamed layer, the list of
+ * host-to-device copies that rebuild its four matrices in the device
+ * layout: straight from the file mapping, pinned with cudaHostRegister,
+ * where the file's bytes are the device's bytes, otherwise from a pinned
+ * host copy converted once at load. Norms and biases stay resident.
+ *
+ * The session side (stream_session) owns the device slots the layers are
+ * copied into, a copy stream and the events that order it against the
+ * compute stream. Streamed layer i (i-th among the streamed) always uses
+ * slot i % n_slots, so a layer's device pointers never change and the
+ * decode step can be captured once as a CUDA graph with its copies in it:
+ *
+ *   copy stream:    [copy 0][copy 1]      [copy 2]      [copy 3] ...
+ *   compute stream:         [layer 0]  [layer 1]  [layer 2] ...
+ *                                  free 0 ─┘ (copy 2 reuses slot 0)
+ *
+ * Copy i + n_slots waits for the event "layer i done with its slot";
+ * layer i waits for "copy i done". With two slots, layer i+1 uploads while
+ * layer i computes.
+ */
+#ifndef ENGINE_CUDA_STREAM_H
+#define ENGINE_CUDA_STREAM_H
+
+#include "state.h"
+
+/* One host-to-device copy: dst is an offset into the layer's slot. */
+typedef struct stream_copy {
+    uint64_t dst;
+    const void *src; /* pinned: a registered mapping or the host image */
+    uint64_t bytes;
+} stream_copy;
+
+typedef struct stream_range {
+    const void *p;
+    size_t len;
+} stream_range;
+
+typedef struct stream_model {
+    int n;                /* layers streamed                                    */
+    int n_slots;          /* device slots a session cycles them through         */
+    int *index;           /* [n_layers]: position among the streamed, or -1     */
+    int *layer_of;        /* [n]: the layer                                     */
+    uint64_t slot_bytes;  /* the largest streamed layer's matrices, padded      */
+    uint64_t *bytes;      /* [n] bytes copied for each                          */
+    stream_copy *copies;  /* every copy, layer by layer                         */
+    int *first;           /* [n + 1] layer i's copies: copies[first[i] .. first[i+1]) */
+    int n_copies, cap_copies;
+    stream_range *reg;    /* file mappings pinned with cudaHostRegister          */
+    int n_reg;
+    char *image;          /* pinned host copies of what the mapping cannot give  */
+    uint64_t image_bytes;
+    void *emb_copy;       /* mapped pinned copy of the embedding table, when its file was not registered */
+    bool emb_host;        /* the embedding table stays in host memory            */
+    uint64_t pinned;      /* host bytes pinned in all                            */
+} stream_model;
+
+/* ---- model side (model_cuda.c) ---- */
+
+/*
+ * Set up cm->sm for the layers the plan streams (and the embeddings, when
+ * it keeps them on the host): pins the file mappings when anything is
+ * streamed. Leaves cm->sm NULL when everything is resident.
+ */
+engine_status stream_model_open(cuda_model *cm, const engine_model *m, const engine_plan *plan, err_buf *e);
+void stream_model_free(stream_model *sm);
+/* True when [p, p + bytes) lies in a pinned mapping. */
+bool stream_pinned(const stream_model *sm, const void *p, uint64_t bytes);
+/* Append a copy to streamed layer i (adjacent copies merge); false when out of memory. */
+bool stream_add_copy(stream_model *sm, int i, uint64_t dst, const void *src, uint64_t bytes);
+/* A device pointer to the embedding table in host memory (mapped). */
+engine_status stream_emb_pointer(stream_model *sm, const k_weight *emb, void **dev, err_buf *e);
+
+/* model_cuda.c: lay out layer l's four matrices at base (a slot) into D, as for upload. */
+void cuda_layer_mats(const cuda_model *cm, const engine_model *m, int l, char *base, cuda_layer *D);
+
+/* ---- session side ---- */
+
+typedef struct stream_session stream_session;
+
+typedef struct stream_times {
+    int passes, tokens;
+    double wall, copy, compute, overlap; /* seconds */
+    uint64_t bytes;
+} stream_times;
+
+/* Slots, copy stream and events for cs (nothing when the model streams nothing). */
+engine_status stream_session_create(cuda_session *cs, const engine_session *s, err_buf *e);
+void stream_session_free(cuda_session *cs);
+/* Device bytes of the session's slots. */
+uint64_t stream_session_bytes(const cuda_session *cs);
+
+/*
+ * The hooks of a pass (forward_cuda.c), each 0 or -1 with cs->lc.err set:
+ * begin forks the copy stream off the compute stream and starts the first
+ * n_slots copies; before/after bracket layer l; end joins the copy stream
+ * back. timing: record timing events as well (never while capturing).
+ */
+int stream_begin(cuda_session *cs, int tokens, bool timing);
+int stream_before_layer(cuda_session *cs, int l);
+int stream_after_layer(cuda_session *cs, int l);
+int stream_end(cuda_session *cs);
+
+/* After a timed pass has completed: add its figures to t. */
+void stream_collect(cuda_session *cs, int tokens, stream_times *t);
+
+/* The offload report of engine_session_offload (see engine.h). */
+engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offload_report *r, err_buf *e);
+
+/* forward_cuda.c: one decode step launched eagerly (no graph), for the measurement. */
+int cuda_decode_eager(cuda_session *cs, const engine_session *s);
+
+#endif

@@ -1,0 +1,246 @@
+/*
+ * test_stream_cuda.c: streamed layers against resident ones on the GPU.
+ * For every committed checkpoint, as stored and quantized while loading
+ * (int8: the converted-copy path; as stored, bf16/f16/f32 files: the
+ * pinned-mapping path), the same model is run all resident and with every
+ * layer (then half of them) forced to stream from host memory. The two
+ * must give identical greedy ids over a prompt batch (prefill) and 24
+ * decoded tokens (the CUDA graph with its copies), and the same logits
+ * within rounding (the kernels and data are the same, so bitwise equality
+ * is expected; 1e-5 relative is allowed). The offload report must count
+ * what the plan says and have measured copies, and a continuation after
+ * the measurement must still equal the resident run. Device memory is
+ * measured from outside (cudaMemGetInfo) after each step of a streamed run
+ * with a budget: never above it. Skips (77) without a GPU.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "test_util.h"
+
+#define MiB (1024ull * 1024ull)
+#define N_CTX 96
+#define N_GEN 24
+
+static uint64_t device_used(void)
+{
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return (uint64_t)(total_b - free_b);
+}
+
+/* What one run produced: the prompt's logits (prefill), the greedy ids, the logits after a continuation. */
+typedef struct run {
+    float *prefill, *cont;
+    int32_t ids[N_GEN + 8];
+    size_t n_ids;
+    int vocab;
+    uint64_t peak;  /* highest device use measured, bytes */
+    int streamed;   /* layers the model streams          */
+    int ok;
+} run;
+
+static void check_budget(run *r, uint64_t budget, const char *what)
+{
+    const uint64_t u = device_used();
+    if (u > r->peak)
+        r->peak = u;
+    if (budget)
+        CHECK_MSG(u <= budget, "%s: %.1f MiB of device memory in use, budget %.1f MiB", what, u / (double)MiB,
+                  budget / (double)MiB);
+}
+
+static void do_run(const char *path, engine_quant q, int min_streamed, uint64_t budget, run *r)
+{
+    memset(r, 0, sizeof *r);
+    char err[512] = "";
+    engine_model_params mp = engine_model_default_params();
+    mp.device = ENGINE_DEVICE_CUDA;
+    mp.quant = q;
+    mp.n_threads = 2;
+    mp.n_ctx = N_CTX;
+    mp.min_layers_streamed = min_streamed;
+    mp.vram_budget = budget;
+    engine_model *m = NULL;
+    engine_status st = engine_model_load(path, &mp, &m, err, sizeof err);
+    if (st == ENGINE_ERR_UNSUPPORTED && strstr(err, "cannot run on CUDA")) {
+        printf("test_stream_cuda: SKIP: %s\n", err);
+        exit(77);
+    }
+    if (st == ENGINE_ERR_UNSUPPORTED) { /* a 4-bit block spanning stacked matrices of a tiny shape */
+        printf("test_stream_cuda: %s: %s\n", path, err);
+        return;
+    }
+    CHECK_MSG(st == ENGINE_OK, "%s: %s", path, err);
+    if (!m)
+        return;
+    check_budget(r, budget, "after loading");
+    const engine_plan *plan = engine_model_plan(m);
+    CHECK(plan != NULL);
+    engine_model_info info;
+    engine_model_get_info(m, &info);
+    r->vocab = info.vocab_size;
+    r->streamed = plan ? engine_plan_get_totals(plan)->n_layers_streamed : -1;
+    const int want = min_streamed < info.n_layers ? min_streamed : info.n_layers;
+    CHECK_MSG(r->streamed >= want, "%s: %d layers streamed, at least %d asked for", path, r->streamed, want);
+    engine_session_params sp = engine_session_default_params();
+    sp.n_ctx = N_CTX;
+    engine_session *s = NULL;
+    CHECK_MSG(engine_session_create(m, &sp, &s, err, sizeof err) == ENGINE_OK, "%s: %s", path, err);
+    if (!s) {
+        engine_model_free(m);
+        return;
+    }
+    check_budget(r, budget, "after the session");
+    /* The plan's device figures are what the session maps. */
+    engine_memory_report mem;
+    engine_session_memory(s, &mem);
+    const engine_plan_totals *t = engine_plan_get_totals(plan);
+    CHECK_MSG(mem.weights_owned == t->weights_resident + t->stream_buffers,
+              "%s: weights on the device %llu, planned %llu resident + %llu buffers", path,
+              (unsigned long long)mem.weights_owned, (unsigned long long)t->weights_resident,
+              (unsigned long long)t->stream_buffers);
+    if (mem.device_mapped != mem.device_budget) /* virtual memory management: regions mapped as planned */
+        CHECK_MSG(t->device_total - t->cuda_context == mem.device_mapped, "%s: planned %llu, mapped %llu", path,
+                  (unsigned long long)(t->device_total - t->cuda_context), (unsigned long long)mem.device_mapped);
+
+    /* Prefill: a prompt of 12 ids as one batch, its last logits kept. */
+    int32_t prompt[12];
+    for (int i = 0; i < 12; i++)
+        prompt[i] = (int32_t)((i * 37 + 11) % (info.vocab_size > 1 ? info.vocab_size - 1 : 1)) + 1;
+    const float *logits = NULL;
+    r->prefill = malloc((size_t)r->vocab * sizeof(float));
+    r->cont = malloc((size_t)r->vocab * sizeof(float));
+    CHECK(engine_session_eval(s, prompt, 12, &logits) == ENGINE_OK && logits);
+    if (logits && r->prefill)
+        memcpy(r->prefill, logits, (size_t)r->vocab * sizeof(float));
+    /* Decode: greedy from there (the graph path). */
+    engine_generate_params gp = engine_generate_default_params();
+    gp.n_predict = N_GEN;
+    CHECK_MSG(engine_generate(s, NULL, 0, &gp, r->ids, N_GEN + 8, &r->n_ids, NULL) == ENGINE_OK, "%s: %s", path,
+              engine_session_last_error(s));
+    check_budget(r, budget, "after generating");
+    /* The measured report, then one more token: the measurement must not change what comes next. */
+    engine_offload_report rep;
+    CHECK(engine_session_offload(s, 3, &rep) == ENGINE_OK);
+    CHECK(rep.n_layers == info.n_layers && rep.n_layers_streamed == r->streamed);
+    if (r->streamed > 0) {
+        /* The plan counts each matrix padded to 256 bytes; the copies move the bytes themselves
+         * (at most 12 pads a layer: data, scales and code of four matrices). */
+        CHECK_MSG(rep.bytes_per_token <= t->streamed_per_token &&
+                      rep.bytes_per_token + (uint64_t)r->streamed * 12 * 256 >= t->streamed_per_token,
+                  "%s: report %llu bytes a token, plan %llu", path, (unsigned long long)rep.bytes_per_token,
+                  (unsigned long long)t->streamed_per_token);
+        CHECK(rep.stream_buffers == t->stream_buffers && rep.host_pinned > 0);
+        /* The layers' bytes a pass: a token's, less its embedding row (at most 4 bytes an element) when
+         * that is read from the host. */
+        const uint64_t row = rep.embeddings_on_host ? (uint64_t)info.dim * 4 : 0, pb = rep.prefill.bytes_copied;
+        CHECK_MSG(rep.prefill.passes == 1 && rep.prefill.tokens == 12 && pb <= rep.bytes_per_token &&
+                      pb + row >= rep.bytes_per_token,
+                  "%s: prefill measured %d passes, %d tokens, %llu bytes", path, rep.prefill.passes,
+                  rep.prefill.tokens, (unsigned long long)pb);
+        CHECK(rep.decode.passes == 3 && rep.decode.tokens == 3 && rep.decode.bytes_copied == 3 * pb);
+        CHECK(rep.decode.copy_seconds > 0 && rep.decode.compute_seconds > 0 && rep.decode.wall_seconds > 0);
+        CHECK(rep.decode.overlap_seconds <= rep.decode.copy_seconds + 1e-9 &&
+              rep.decode.overlap_seconds <= rep.decode.compute_seconds + 1e-9);
+        CHECK(rep.prefill.copy_seconds > 0 && rep.prefill.wall_seconds >= rep.prefill.copy_seconds * 0.5);
+    } else {
+        CHECK(rep.bytes_per_token == 0 && rep.decode.passes == 0);
+    }
+    CHECK(rep.device_reserve > 0);
+    if (r->n_ids > 0) {
+        const int32_t next = r->ids[r->n_ids - 1]; /* sampled, not yet evaluated */
+        CHECK(engine_session_eval(s, &next, 1, &logits) == ENGINE_OK && logits);
+        if (logits && r->cont)
+            memcpy(r->cont, logits, (size_t)r->vocab * sizeof(float));
+    }
+    check_budget(r, budget, "after the report");
+    r->ok = 1;
+    engine_session_free(s);
+    engine_model_free(m);
+}
+
+static void free_run(run *r)
+{
+    free(r->prefill);
+    free(r->cont);
+}
+
+/* max |a - b| / max |b|; NaN anywhere fails. */
+static double rel_diff(const float *a, const float *b, int n)
+{
+    double mx = 0.0, scale = 1e-30;
+    for (int i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (d != d)
+            return INFINITY;
+        if (d > mx)
+            mx = d;
+        if (fabs(b[i]) > scale)
+            scale = fabs(b[i]);
+    }
+    return mx / scale;
+}
+
+static void compare(const char *path, const char *what, const run *a, const run *b)
+{
+    if (!a->ok || !b->ok)
+        return;
+    CHECK_MSG(a->n_ids == b->n_ids && !memcmp(a->ids, b->ids, a->n_ids * sizeof *a->ids),
+              "%s %s: greedy ids differ from the resident run", path, what);
+    const double dp = rel_diff(b->prefill, a->prefill, a->vocab), dc = rel_diff(b->cont, a->cont, a->vocab);
+    CHECK_MSG(dp <= 1e-5 && dc <= 1e-5, "%s %s: logits differ by %.3g (prefill), %.3g (decode)", path, what, dp, dc);
+    printf("test_stream_cuda: %-44s %-12s %d layers streamed: ids equal, logits %s\n", path, what, b->streamed,
+           dp == 0.0 && dc == 0.0 ? "bitwise equal" : "within 1e-5");
+}
+
+static void check_model(const char *path, engine_quant q)
+{
+    run res, all, half;
+    do_run(path, q, 0, 0, &res);
+    if (!res.ok) {
+        free_run(&res);
+        return;
+    }
+    CHECK(res.streamed == 0);
+    /* Every layer streamed, under a budget of the CUDA context's share plus 96 MiB. */
+    uint64_t reserve = 0;
+    CHECK(engine_device_reserve(&reserve) == ENGINE_OK);
+    const uint64_t budget = reserve + 96 * MiB;
+    do_run(path, q, 1 << 20, budget, &all);
+    do_run(path, q, 2, 0, &half);
+    const char *qn = q == ENGINE_QUANT_NONE ? "as stored" : q == ENGINE_QUANT_INT8 ? "int8" : "nf4";
+    char what[64];
+    snprintf(what, sizeof what, "%s/all", qn);
+    compare(path, what, &res, &all);
+    snprintf(what, sizeof what, "%s/some", qn);
+    compare(path, what, &res, &half);
+    if (all.ok)
+        printf("test_stream_cuda: %-44s peak device use %.1f MiB, budget %.1f MiB (reserve %.1f)\n", path,
+               all.peak / (double)MiB, budget / (double)MiB, reserve / (double)MiB);
+    free_run(&res);
+    free_run(&all);
+    free_run(&half);
+}
+
+int main(void)
+{
+    static const char *const MODELS[] = {
+        "models/stories260K",         "models/llama_f32",  "models/llama_bias_f16",
+        "models/llama_tied_bf16_oldconfig", "models/qwen2_bf16", "models/qwen3_f32",
+        "models/mistral_sharded",
+    };
+    static const engine_quant QUANTS[] = {ENGINE_QUANT_NONE, ENGINE_QUANT_INT8, ENGINE_QUANT_NF4};
+    char path[512];
+    for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++)
+        for (size_t k = 0; k < sizeof QUANTS / sizeof QUANTS[0]; k++)
+            check_model(i == 0 ? test_src_path(path, sizeof path, MODELS[i])
+                               : test_data_path(path, sizeof path, MODELS[i]),
+                        QUANTS[k]);
+    return test_finish("test_stream_cuda");
+}
