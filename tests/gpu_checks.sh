@@ -2,7 +2,8 @@
 # gpu_checks.sh: the GPU half of the test suite, for the GPU machine (CI has
 # no GPU): every GPU test, then compute-sanitizer memcheck and racecheck on
 # the kernel tests and on end-to-end runs (greedy through the decode graph,
-# sampled), memcheck on the parity and arena tests.
+# sampled, with layers streamed), memcheck on the parity, plan, streaming
+# and arena tests.
 #   tests/gpu_checks.sh [BIN_DIR]   (a build folder, or one folder holding
 #                                    infer and the test binaries; default build)
 # Exits non-zero if any test fails or a sanitizer reports an error.
@@ -23,16 +24,18 @@ check() { # NAME COMMAND...: run, print one status line, keep the log's tail on 
   if [ "$rc" -ne 0 ]; then tail -20 "$log"; fails=$((fails + 1)); fi
   rm -f "$log"
 }
-for t in test_kernels_cuda test_arena test_parity_cuda test_plan_cuda; do check "$t" "$(bin $t)"; done
+for t in test_kernels_cuda test_arena test_parity_cuda test_plan_cuda test_stream_cuda; do check "$t" "$(bin $t)"; done
 check test_model_cuda env ENGINE_TEST_DEVICE=cuda "$(bin test_model)"
 M=$ROOT/models/stories260K
 for tool in memcheck racecheck; do
   check "$tool infer greedy" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40
   check "$tool infer sampled" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40 --temp 0.8 --top-p 0.9
   check "$tool test_kernels_cuda" "$CS" --tool $tool --error-exitcode 9 "$(bin test_kernels_cuda)"
+  check "$tool infer streamed" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40 --stream-layers 3
 done
 check "memcheck test_parity_cuda" "$CS" --tool memcheck --error-exitcode 9 "$(bin test_parity_cuda)"
 check "memcheck test_plan_cuda" "$CS" --tool memcheck --error-exitcode 9 "$(bin test_plan_cuda)"
+check "memcheck test_stream_cuda" "$CS" --tool memcheck --error-exitcode 9 "$(bin test_stream_cuda)"
 check "memcheck test_arena (20 cycles)" env ENGINE_GPU_CYCLES=20 "$CS" --tool memcheck --error-exitcode 9 "$(bin test_arena)"
 echo "gpu_checks: $fails failure(s)"
 [ "$fails" -eq 0 ]
