@@ -160,6 +160,8 @@ engine_status model_bind_weights(engine_model *m, err_buf *e);
  * n_past. With want_logits the last token's logits land in s->logits.
  */
 void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits);
+/* One layer of that pass over the n rows of s->x at positions pos0.. (s->pos set). */
+void forward_cpu_layer(engine_session *s, int l, int n, int pos0);
 
 /*
  * engine_session_eval, plus: with argmax != NULL on a backend that can pick
