@@ -553,8 +553,9 @@ typedef struct engine_offload_report {
 /*
  * Fill r for session s. On CUDA with streamed layers, first measures
  * n_decode (0..16) decode steps: each evaluates the last token again at its
- * own position (as the engine does to recover logits; the context and the
- * next token are unchanged), launched one by one with timing events on the
+ * own position (as the engine does to recover logits; when that token came
+ * from a prompt, its cache row and the logits become the decode path's,
+ * equal to the prompt path's within rounding), launched one by one with timing events on the
  * compute and the copy stream. Prefill figures are gathered as prompts
  * run. On the CPU or with nothing streamed, r holds zeros but n_layers.
  */
