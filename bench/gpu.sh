@@ -1,17 +1,39 @@
 #!/usr/bin/env bash
 # gpu.sh: the CUDA backend's speed on random-weight Llama-3.2-1B and
-# Llama-3.1-8B checkpoints (bf16), against the GPU's measured bandwidth.
+# Llama-3.1-8B checkpoints, against the GPU's measured bandwidth: every
+# figure bench/RESULTS.md quotes for the GPU targets, in one run.
 #   bench/gpu.sh [BIN_DIR] [SCRATCH_DIR]   (BIN_DIR holds bench, gpubw, mkcheckpoint;
 #                                           SCRATCH_DIR needs ~19 GB free)
-# Prints gpubw's bandwidth line, then per model bench's table and JSON line.
+#   SECTIONS="bf16 quant stream anchor" (default all of them) picks what runs:
+#     bf16    issue 3: bf16 prefill and decode, both shapes
+#     quant   issue 4: nf4 and int8 (quantized while loading), both shapes
+#     stream  issue 5: the 8B shape at --vram 8G (bf16) and 6.5G (int8)
+#     anchor  PyTorch + transformers on the same checkpoints (needs torch)
+# Prints gpubw's bandwidth line, then per run bench's table and JSON line.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-$ROOT/build}
 S=${2:-/tmp/engine-bench}
+SECTIONS=${SECTIONS:-bf16 quant stream anchor}
+on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 mkdir -p "$S"
 "$B/gpubw"
 for shape in llama-3.2-1b llama-3.1-8b; do
   [ -f "$S/$shape/config.json" ] || "$B/mkcheckpoint" --shape "$shape" --dtype bf16 "$S/$shape" >&2
   cat "$S/$shape"/*.safetensors >/dev/null # page cache: load time is not what is measured
-  "$B/bench" "$S/$shape" --device cuda --prompt 512 --gen 128 --reps 5
 done
+run() { echo "== bench $*"; "$B/bench" "$@"; }
+for shape in llama-3.2-1b llama-3.1-8b; do
+  on bf16 && run "$S/$shape" --device cuda --prompt 512 --gen 128 --reps 5
+  for q in nf4 int8; do on quant && run "$S/$shape" --device cuda --prompt 512 --gen 128 --reps 3 --quant $q; done
+done
+if on stream; then
+  run "$S/llama-3.1-8b" --device cuda --prompt 512 --gen 64 --reps 2 --vram 8G
+  run "$S/llama-3.1-8b" --device cuda --prompt 512 --gen 64 --reps 2 --vram 6.5G --quant int8
+fi
+if on anchor; then
+  for shape in llama-3.2-1b llama-3.1-8b; do
+    echo "== anchor_transformers $shape"
+    python3 "$ROOT/bench/anchor_transformers.py" "$S/$shape" --reps 2 || echo "anchor: failed (torch/transformers missing?)"
+  done
+fi
