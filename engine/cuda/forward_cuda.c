@@ -299,7 +299,9 @@ engine_status cuda_greedy_queue(engine_session *s, int32_t id, err_buf *e)
     engine_status st = launch_step(s, id, pos, e);
     if (st)
         return st;
-    cs->q_in[cs->q_n++] = id;
+    if (id >= 0)
+        cs->q_first_in = id;
+    cs->q_n++;
     cs->logits_stale = false;
     return ENGINE_OK;
 }
@@ -316,9 +318,9 @@ engine_status cuda_greedy_take(engine_session *s, int32_t *next, err_buf *e)
         cuda_greedy_drop(s);
         return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
     }
-    s->tokens[pos] = cs->q_in[0] >= 0 ? cs->q_in[0] : cs->last_out;
-    cs->last_out = *next = cs->h_step[STEP_RING + (pos & 1)];
-    cs->q_in[0] = cs->q_in[1];
+    s->tokens[pos] = cs->q_first_in;
+    /* A step queued after this one takes this one's argmax as its input. */
+    cs->q_first_in = *next = cs->h_step[STEP_RING + (pos & 1)];
     cs->q_n--;
     s->n_past++;
     return ENGINE_OK;

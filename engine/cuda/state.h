@@ -111,8 +111,7 @@ struct cuda_session {
     uint64_t kv_bytes, act_bytes;
     /* Pipelined greedy decode (cuda_greedy_*): evaluations queued, not yet taken. */
     int q_n;              /* 0..2                                        */
-    int32_t q_in[2];      /* their input token; -1: the previous one's argmax */
-    int32_t last_out;     /* the argmax of the last evaluation taken     */
+    int32_t q_first_in;   /* the oldest one's input token                */
     cudaEvent_t step_done[2]; /* recorded after the decode step at position p, in [p & 1] */
     bool logits_stale;    /* the device logits are a dropped evaluation's */
 };

@@ -100,8 +100,8 @@ __device__ void stage_input(float *xs, const float *x, const float *norm, int co
  * those chunk types set PAD: the input is staged with 4 spare words after
  * each chunk's columns, so 16-byte reads of 8 lanes cover the 32 banks. load()
  * takes the row index and the chunk's index within the row; dot() gets the
- * input at the chunk's first column and the 4-bit code table (shared
- * memory; unused by the other types). VEC: columns a chunk covers.
+ * input at the chunk's first column (the 4-bit type reads its code table
+ * from code_s, below). VEC: columns a chunk covers.
  */
 /*
  * What a quantized chunk needs to find its scale without dividing (integer
@@ -128,7 +128,7 @@ template <typename T, int N> struct chunk_dense {
     {
         v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const T *>(a.w) + (size_t)ri * a.cols) + c);
     }
-    __device__ __forceinline__ float dot(const float *xs, const float *) const
+    __device__ __forceinline__ float dot(const float *xs) const
     {
         const T *w = reinterpret_cast<const T *>(&v);
         float s = 0.0f;
@@ -145,7 +145,7 @@ template <typename T> struct chunk_dense<T, 1> {
     {
         v = static_cast<const T *>(a.w)[(size_t)ri * a.cols + c];
     }
-    __device__ __forceinline__ float dot(const float *xs, const float *) const { return to_f32(v) * xs[0]; }
+    __device__ __forceinline__ float dot(const float *xs) const { return to_f32(v) * xs[0]; }
 };
 
 /* INT8: 16 weights and the scale of their group (groups are multiples of 16 here). */
@@ -158,7 +158,7 @@ struct chunk_i8 {
         v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const int8_t *>(a.w) + (size_t)ri * a.cols) + c);
         s = __ldg(a.scales + (size_t)ri * q.n_groups + ((c * VEC) >> q.shift));
     }
-    __device__ __forceinline__ float dot(const float *xs, const float *) const
+    __device__ __forceinline__ float dot(const float *xs) const
     {
         /* q + 128 as the low byte of 2^23's float: exact, two instructions. */
         const uint32_t w[4] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u, v.z ^ 0x80808080u, v.w ^ 0x80808080u};
@@ -176,7 +176,7 @@ struct chunk_i8 {
         return d * s;
     }
     /* The 16 weights, as k_dequant_row gives them (q * scale). */
-    __device__ __forceinline__ void decode(float *f, const float *) const
+    __device__ __forceinline__ void decode(float *f) const
     {
         const uint32_t w[4] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u, v.z ^ 0x80808080u, v.w ^ 0x80808080u};
 #pragma unroll
@@ -216,7 +216,7 @@ struct chunk_4bit {
         v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(a.w) + first / 2));
         am = __ldg(a.scales + (first >> q.shift));
     }
-    __device__ __forceinline__ float dot(const float *xs, const float *) const
+    __device__ __forceinline__ float dot(const float *xs) const
     {
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
         const float4 *x4 = reinterpret_cast<const float4 *>(xs);
@@ -238,14 +238,14 @@ struct chunk_4bit {
         return d * am;
     }
     /* The 32 weights, as k_dequant_row gives them (code * absmax). */
-    __device__ __forceinline__ void decode(float *f, const float *code) const
+    __device__ __forceinline__ void decode(float *f) const
     {
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int i = 0; i < 16; i++) {
             const uint32_t b = (w[i / 4] >> (8 * (i % 4))) & 0xffu;
-            f[2 * i] = code[b >> 4] * am;
-            f[2 * i + 1] = code[b & 15u] * am;
+            f[2 * i] = code_s[b >> 4] * am;
+            f[2 * i + 1] = code_s[b & 15u] * am;
         }
     }
 };
@@ -265,7 +265,7 @@ template <k_dtype Q> struct chunk_q1 {
             v = a.code[(i & 1) ? b & 15 : b >> 4] * a.scales[i / a.group];
         }
     }
-    __device__ __forceinline__ float dot(const float *xs, const float *) const { return v * xs[0]; }
+    __device__ __forceinline__ float dot(const float *xs) const { return v * xs[0]; }
 };
 
 /*
@@ -281,7 +281,6 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     extern __shared__ float xs[]; /* the input [cols (+ cols / VEC with PAD)] */
     constexpr int VEC = C::VEC, STRIDE = VEC + C::PAD, U = C::UNROLL;
     const qinfo qi = C::PAD && a.group > 0 ? make_qinfo(a) : qinfo{0, 0}; /* the 16-byte quantized chunks */
-    float *code = code_s;
     /* GLU: each output pairs gate row j with up row half + j. */
     constexpr int R = GLU ? 2 : C::ROWS, OUT = GLU ? 1 : C::ROWS;
     const int half = a.rows / 2, out_rows = GLU ? half : a.rows;
@@ -319,7 +318,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
      * read only after this wait. */
     dependency_wait();
     if (a.code && threadIdx.x < 16)
-        code[threadIdx.x] = a.code[threadIdx.x]; /* published by stage_input's barrier */
+        code_s[threadIdx.x] = a.code[threadIdx.x]; /* published by stage_input's barrier */
     stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps); /* PAD is 4 where set */
 
     float acc[R];
@@ -339,7 +338,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
             for (int u = 0; u < U; u++) {
                 const int c = step * per_step + 32 * u + lane;
                 if (c < chunks)
-                    acc[r] += cur[r][u].dot(xs + c * STRIDE, code);
+                    acc[r] += cur[r][u].dot(xs + c * STRIDE);
             }
         if (ns == 0 && GLU) { /* the output is done: silu(gate) * up */
             const int j = first + group * stride;
@@ -489,9 +488,8 @@ __global__ void k_dequant(O *out, gemv_args a)
 template <typename O, typename C>
 __global__ void k_dequant_chunks(O *out, gemv_args a)
 {
-    __shared__ float code[16];
     if (a.code && threadIdx.x < 16)
-        code[threadIdx.x] = a.code[threadIdx.x];
+        code_s[threadIdx.x] = a.code[threadIdx.x];
     __syncthreads();
     const qinfo qi = make_qinfo(a);
     const int per_row = a.cols / C::VEC;
@@ -501,7 +499,7 @@ __global__ void k_dequant_chunks(O *out, gemv_args a)
         C ch;
         ch.load(a, qi, ri, c);
         float f[C::VEC];
-        ch.decode(f, code);
+        ch.decode(f);
         /* 16-byte stores: a thread's 32-64 bytes, not 2-byte pieces at a stride. */
         constexpr int PER = 16 / sizeof(O);
         uint4 *dst = reinterpret_cast<uint4 *>(out + (size_t)ri * a.cols + (size_t)c * C::VEC);
