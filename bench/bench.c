@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N] [--host-layers N]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode); the
@@ -71,15 +71,18 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--stream-layers") && v && !cli_parse_long(v, 0, 1 << 20, &l)) {
             mp.min_layers_streamed = (int)l;
             i++;
+        } else if (!strcmp(a, "--host-layers") && v && !cli_parse_long(v, 0, 1 << 20, &l)) {
+            mp.host_layers = (int)l;
+            i++;
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N] [--host-layers N]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N] [--host-layers N]\n");
         return 2;
     }
     char err[512] = "";
@@ -159,11 +162,14 @@ int main(int argc, char **argv)
             const double bound = 1.0 / (t->read_per_token / (t->hbm_gbps * 1e9) +
                                         off.bytes_per_token / (t->pcie_gbps * 1e9));
             const int passes = (n_prompt + 511) / 512; /* PLAN_CUDA_BATCH tokens a pass, each streams every layer */
-            const double pre_bound = n_prompt / (passes * (double)off.bytes_per_token / (t->pcie_gbps * 1e9));
-            printf("{\"streamed_layers\":%d,\"streamed_bytes_per_token\":%llu,\"decode_bound_tok_s\":%.2f,"
-                   "\"decode_ratio\":%.3f,\"prefill_pcie_bound_tok_s\":%.1f,\"prefill_ratio\":%.3f,\"offload\":",
-                   off.n_layers_streamed, (unsigned long long)off.bytes_per_token, bound, d / bound, pre_bound,
-                   p / pre_bound);
+            /* A prompt streams the hosted layers too. */
+            const double pre_bytes = (double)off.bytes_per_token + (double)t->host_per_token;
+            const double pre_bound = n_prompt / (passes * pre_bytes / (t->pcie_gbps * 1e9));
+            printf("{\"streamed_layers\":%d,\"host_layers\":%d,\"streamed_bytes_per_token\":%llu,"
+                   "\"decode_bound_tok_s\":%.2f,\"decode_ratio\":%.3f,\"plan_bound_tok_s\":%.2f,"
+                   "\"prefill_pcie_bound_tok_s\":%.1f,\"prefill_ratio\":%.3f,\"offload\":",
+                   off.n_layers_streamed, off.n_layers_host, (unsigned long long)off.bytes_per_token, bound,
+                   d / bound, t->tokens_per_second, pre_bound, p / pre_bound);
             offload_print_json(stdout, &off);
             printf("}\n");
         }

@@ -4,8 +4,12 @@
  * the optional steps (biases, q/k norms, sliding window); there is one
  * forward pass for all of them.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
+
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "model.h"
 
@@ -43,6 +47,41 @@ void rope_tables(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t)
 }
 
 /*
+ * The two halves of a layer around its attention, on n rows; the CPU pass
+ * runs both with its attention between them, the GPU pass runs them for
+ * layers it leaves to the host (cuda/host_layers.c) with the attention on
+ * the device.
+ *
+ * Before: xb = rmsnorm(x), then q, k, v = W xb, with their biases when
+ * with_bias (the GPU's attention adds them itself).
+ */
+void cpu_layer_qkv(const engine_model *m, const k_ctx *kc, int l, int n, const float *x, float *xb, float *q,
+                   float *k, float *v, bool with_bias)
+{
+    const layer_weights *L = &m->layers[l];
+    k_rmsnorm(kc, xb, x, n, m->cfg.dim, &L->attn_norm, (float)m->cfg.rms_eps);
+    k_matmul(kc, q, xb, n, &L->wq, with_bias ? &L->bq : NULL);
+    k_matmul(kc, k, xb, n, &L->wk, with_bias ? &L->bk : NULL);
+    k_matmul(kc, v, xb, n, &L->wv, with_bias ? &L->bv : NULL);
+}
+
+/* After: x += Wo att + bo, then x += down(silu(gate) * up) of rmsnorm(x). */
+void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *x, const float *att, float *xb,
+                   float *hb, float *hb2)
+{
+    const cfg_model *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    k_matmul(kc, xb, att, n, &L->wo, &L->bo);
+    k_add(kc, x, xb, (size_t)n * c->dim);
+    k_rmsnorm(kc, xb, x, n, c->dim, &L->ffn_norm, (float)c->rms_eps);
+    k_matmul(kc, hb, xb, n, &L->w_gate, &L->b_gate);
+    k_matmul(kc, hb2, xb, n, &L->w_up, &L->b_up);
+    k_swiglu(kc, hb, hb2, (size_t)n * c->ffn_dim);
+    k_matmul(kc, xb, hb, n, &L->w_down, &L->b_down);
+    k_add(kc, x, xb, (size_t)n * c->dim);
+}
+
+/*
  * Layer l over the n rows of s->x (positions pos0..pos0+n-1, s->pos set):
  * its k and v go into the layer's cache rows, its output is added to x.
  */
@@ -51,18 +90,15 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
     const engine_model *m = s->model;
     const cfg_model *c = &m->cfg;
     const k_ctx *kc = &s->kc;
-    const int dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    const int kvd = nkv * hd, ffn = c->ffn_dim;
+    const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int kvd = nkv * hd;
     const float eps = (float)c->rms_eps;
     const layer_weights *L = &m->layers[l];
     /* k and v are written straight into this layer's cache rows. */
     float *kl = s->k_cache + ((size_t)l * s->n_ctx + pos0) * kvd;
     float *vl = s->v_cache + ((size_t)l * s->n_ctx + pos0) * kvd;
 
-    k_rmsnorm(kc, s->xb, s->x, n, dim, &L->attn_norm, eps);
-    k_matmul(kc, s->q, s->xb, n, &L->wq, &L->bq);
-    k_matmul(kc, kl, s->xb, n, &L->wk, &L->bk);
-    k_matmul(kc, vl, s->xb, n, &L->wv, &L->bv);
+    cpu_layer_qkv(m, kc, l, n, s->x, s->xb, s->q, kl, vl, true);
     if (L->q_norm.data) {
         k_rmsnorm(kc, s->q, s->q, n * nh, hd, &L->q_norm, eps);
         k_rmsnorm(kc, kl, kl, n * nkv, hd, &L->k_norm, eps);
@@ -72,15 +108,54 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
     const int window = m->arch->sliding_window && l >= c->sliding_from_layer ? c->sliding_window : 0;
     k_attention(kc, s->att, s->q, s->k_cache + (size_t)l * s->n_ctx * kvd, s->v_cache + (size_t)l * s->n_ctx * kvd,
                 n, pos0, nh, nkv, hd, window);
-    k_matmul(kc, s->xb, s->att, n, &L->wo, &L->bo);
-    k_add(kc, s->x, s->xb, (size_t)n * dim);
+    cpu_layer_out(m, kc, l, n, s->x, s->att, s->xb, s->hb, s->hb2);
+}
 
-    k_rmsnorm(kc, s->xb, s->x, n, dim, &L->ffn_norm, eps);
-    k_matmul(kc, s->hb, s->xb, n, &L->w_gate, &L->b_gate);
-    k_matmul(kc, s->hb2, s->xb, n, &L->w_up, &L->b_up);
-    k_swiglu(kc, s->hb, s->hb2, (size_t)n * ffn);
-    k_matmul(kc, s->xb, s->hb, n, &L->w_down, &L->b_down);
-    k_add(kc, s->x, s->xb, (size_t)n * dim);
+uint64_t cpu_layer_bytes(const engine_model *m, int l)
+{
+    const layer_weights *L = &m->layers[l];
+    const k_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    uint64_t b = 0;
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        b += k_weight_bytes(w[i]);
+    return b;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double cpu_layer_rate(const engine_model *m, int l, int n_threads)
+{
+    const cfg_model *c = &m->cfg;
+    const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t widest = qd > (size_t)c->dim ? qd : (size_t)c->dim;
+    const size_t per_thread = k_matmul_scratch_floats((int)(widest > (size_t)c->ffn_dim ? widest : (size_t)c->ffn_dim));
+    const size_t floats = 2 * (size_t)c->dim + qd + 2 * kvd + widest + 2 * (size_t)c->ffn_dim;
+    float *buf = calloc(floats + (size_t)n_threads * per_thread, sizeof *buf);
+    if (!buf)
+        return 0.0;
+    float *x = buf, *xb = x + c->dim, *q = xb + c->dim, *k = q + qd, *v = k + kvd, *att = v + kvd;
+    float *hb = att + widest, *hb2 = hb + c->ffn_dim;
+    const k_ctx kc = {n_threads, hb2 + c->ffn_dim, per_thread};
+    for (int i = 0; i < c->dim; i++)
+        x[i] = (float)((i * 7919) % 17) / 17.0f - 0.5f;
+    /* The first pass faults the pages in and warms the threads; then the best of three. */
+    double best = 0.0;
+    for (int pass = 0; pass < 4; pass++) {
+        const double t0 = now();
+        cpu_layer_qkv(m, &kc, l, 1, x, xb, q, k, v, false);
+        memcpy(att, q, qd * sizeof *att);
+        cpu_layer_out(m, &kc, l, 1, x, att, xb, hb, hb2);
+        const double t = now() - t0;
+        if (pass > 0 && (best == 0.0 || t < best))
+            best = t;
+    }
+    free(buf);
+    return best > 0.0 ? (double)cpu_layer_bytes(m, l) / best : 0.0;
 }
 
 void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits)

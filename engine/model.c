@@ -37,6 +37,7 @@ engine_model_params engine_model_default_params(void)
     engine_model_params p;
     memset(&p, 0, sizeof p);
     p.device = ENGINE_DEVICE_AUTO;
+    p.host_layers = -1;
     return p;
 }
 
@@ -234,6 +235,7 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
     m->plan_ctx = p.n_ctx > 0 ? p.n_ctx : 0;
     m->min_streamed = p.min_layers_streamed > 0 ? p.min_layers_streamed : 0;
+    m->host_layers = p.host_layers;
     m->device = have_gpu ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
     engine_status st = load(m, path, &e);
     if (!st && p.quant != ENGINE_QUANT_NONE) {
@@ -312,6 +314,14 @@ engine_status engine_device_reserve(uint64_t *bytes)
 #else
     return ENGINE_ERR_UNSUPPORTED;
 #endif
+}
+
+engine_status engine_host_layer_rate(const engine_model *m, double *gbps)
+{
+    if (!m || !gbps || m->cfg.n_layers <= 0)
+        return ENGINE_ERR_INVALID_ARG;
+    *gbps = cpu_layer_rate(m, m->cfg.n_layers - 1, model_host_threads(m)) / 1e9;
+    return *gbps > 0.0 ? ENGINE_OK : ENGINE_ERR_OUT_OF_MEMORY;
 }
 
 engine_status engine_model_get_info(const engine_model *m, engine_model_info *info)

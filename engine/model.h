@@ -78,6 +78,7 @@ struct engine_model {
     int n_threads;
     int plan_ctx;              /* CUDA: context the placement plans for (0: default) */
     int min_streamed;          /* CUDA: layers streamed at least          */
+    int host_layers;           /* CUDA: -1 auto, 0 none, N at most N computed on the CPU */
     uint64_t n_params;
     uint64_t weight_bytes;     /* bytes of the weights as used (quantized size when quantized) */
     uint64_t owned_bytes;      /* of which the model allocated (quantized while loading) */
@@ -162,6 +163,28 @@ engine_status model_bind_weights(engine_model *m, err_buf *e);
 void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits);
 /* One layer of that pass over the n rows of s->x at positions pos0.. (s->pos set). */
 void forward_cpu_layer(engine_session *s, int l, int n, int pos0);
+/*
+ * The halves of a layer around its attention, for n rows: xb = rmsnorm(x)
+ * and q, k, v = W xb (+ biases when with_bias); then x += Wo att + bo and
+ * x += the feed-forward of rmsnorm(x) (xb, hb, hb2: scratch of n rows).
+ */
+void cpu_layer_qkv(const engine_model *m, const k_ctx *kc, int l, int n, const float *x, float *xb, float *q,
+                   float *k, float *v, bool with_bias);
+void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *x, const float *att, float *xb,
+                   float *hb, float *hb2);
+/* The threads hosted layers use: all but one, which waits for the GPU. */
+static inline int model_host_threads(const engine_model *m)
+{
+    return m->n_threads > 1 ? m->n_threads - 1 : 1;
+}
+/* Bytes of layer l's seven matrices as the CPU reads them. */
+uint64_t cpu_layer_bytes(const engine_model *m, int l);
+/*
+ * Bytes per second at which this host computes one token through layer l's
+ * matrices with n_threads (the best of three passes after a warm-up); 0
+ * when out of memory. Reads the layer four times.
+ */
+double cpu_layer_rate(const engine_model *m, int l, int n_threads);
 
 /*
  * engine_session_eval, plus: with argmax != NULL on a backend that can pick

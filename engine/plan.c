@@ -17,7 +17,11 @@
  *      minimum for double buffering: layer i+1 uploads while i computes);
  *   4. the output head streamed too, in buffer-sized row blocks.
  * The first of these that fits is the plan, so a smaller budget never
- * streams less.
+ * streams less. Then, given the host's rate at computing a layer, some of
+ * the streamed layers (again spread evenly among them) are left to the CPU
+ * for decode, as many as minimise the decode time: the CPU computing some
+ * while the copy engine uploads the others, each side's share of the time
+ * balanced. Prompts still stream them all (the GPU is far faster there).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -249,14 +253,17 @@ typedef struct plan_in {
     uint64_t kv, act;      /* act: the activation region and the workspace, separately rounded */
     uint64_t context, budget;
     double hbm, pcie;      /* bytes per second */
+    double host;           /* bytes per second the CPU computes a layer at; 0: none */
+    int host_layers;       /* host-computed layers: -1 the fastest count, else that many */
 } plan_in;
 
 typedef struct plan_state {
     int k;              /* layers streamed                */
+    int h;              /* of which computed on the host  */
     bool emb_host;      /* embedding rows from the host   */
     bool head_streamed;
     /* what follows is computed */
-    uint64_t resident, streamed, slots, device_total, read, moved;
+    uint64_t resident, streamed, slots, device_total, read, moved, hosted;
     double tps;
     bool fits;
 } plan_state;
@@ -267,13 +274,24 @@ static bool is_streamed(int i, int k, int n)
     return (int64_t)(i + 1) * k / n > (int64_t)i * k / n;
 }
 
+/* Layer i (streamed when k are) is computed on the host when h of the streamed are. */
+static bool is_hosted(int i, const plan_state *s, int n)
+{
+    if (s->h <= 0 || !is_streamed(i, s->k, n))
+        return false;
+    const int j = (int)((int64_t)(i + 1) * s->k / n) - 1; /* its index among the streamed */
+    return is_streamed(j, s->h, s->k);
+}
+
 static void evaluate(const plan_in *in, plan_state *s)
 {
-    uint64_t slot = 0;
+    uint64_t slot = 0, hosted = 0;
     s->resident = s->streamed = s->read = s->moved = 0;
     for (int i = 0; i < in->n_layers; i++) {
         if (s->k > 0 && is_streamed(i, s->k, in->n_layers)) {
             s->streamed += in->mats[i];
+            if (is_hosted(i, s, in->n_layers))
+                hosted += in->mats[i];
             s->resident += in->layer[i] - in->mats[i]; /* norms and biases stay */
             if (in->mats[i] > slot)
                 slot = in->mats[i];
@@ -282,7 +300,8 @@ static void evaluate(const plan_in *in, plan_state *s)
         }
     }
     s->read = s->resident;
-    s->moved = s->streamed;
+    s->moved = s->streamed - hosted;
+    s->hosted = hosted;
     if (s->emb_host) {
         s->streamed += in->emb;
         s->moved += in->emb_row;
@@ -305,8 +324,29 @@ static void evaluate(const plan_in *in, plan_state *s)
     /* arena_create rounds its budget down to the granularity. */
     const uint64_t arena = in->budget > in->context ? (in->budget - in->context) / g * g : 0;
     s->fits = mapped <= arena;
-    const double t = s->read / in->hbm + s->moved / in->pcie;
+    /* The copies of the streamed layers overlap the host's work on the others. */
+    const double copy = s->moved / in->pcie, host = hosted > 0 ? hosted / in->host : 0.0;
+    const double t = s->read / in->hbm + (copy > host ? copy : host);
     s->tps = t > 0 ? 1.0 / t : 0.0;
+}
+
+/* The number of the streamed layers to compute on the host that decodes fastest. */
+static void choose_hosted(const plan_in *in, plan_state *s)
+{
+    if (in->host_layers == 0 || s->k == 0)
+        return;
+    if (in->host_layers > 0) {
+        s->h = in->host_layers < s->k ? in->host_layers : s->k;
+        evaluate(in, s);
+        return;
+    }
+    plan_state best = *s, t = *s;
+    for (t.h = 1; t.h <= s->k; t.h++) {
+        evaluate(in, &t);
+        if (t.tps > best.tps)
+            best = t;
+    }
+    *s = best;
 }
 
 /* Evaluate the states in order; *chosen is the first that fits (or the last), *first and *last the extremes. */
@@ -342,6 +382,8 @@ static void decide(const plan_in *in, plan_state *chosen, plan_state *first, pla
     *last = s;
     if (!found)
         *chosen = s;
+    if (chosen->fits)
+        choose_hosted(in, chosen);
 }
 
 static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, const engine_plan_params *p, int n_ctx)
@@ -364,6 +406,8 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->budget = p->vram_budget;
     in->hbm = p->hbm_gbps * 1e9;
     in->pcie = p->pcie_gbps * 1e9;
+    in->host = p->host_gbps * 1e9;
+    in->host_layers = p->host_layers;
 }
 
 /* ------------------------------------------------------------- public API */
@@ -440,9 +484,13 @@ static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slo
                  H(1, t->budget), H(2, t->free_bytes), t->tokens_per_second);
         return;
     }
-    int len = snprintf(s, n, "streams %d of %d layers%s%s: %s per token over PCIe, decode bound %.1f tok/s "
+    char hosted[96] = "";
+    if (t->n_layers_host > 0)
+        snprintf(hosted, sizeof hosted, " (%d of them computed on the CPU for decode at %.1f GB/s)",
+                 t->n_layers_host, t->host_gbps);
+    int len = snprintf(s, n, "streams %d of %d layers%s%s%s: %s per token over PCIe, decode bound %.1f tok/s "
                              "(all resident: %.1f tok/s in %s)",
-                       t->n_layers_streamed, t->n_layers, chosen->head_streamed ? " and the output head" : "",
+                       t->n_layers_streamed, t->n_layers, hosted, chosen->head_streamed ? " and the output head" : "",
                        chosen->emb_host ? ", embeddings on the host" : "", H(0, t->streamed_per_token),
                        t->tokens_per_second, t->resident_tokens_per_second, H(1, t->all_resident));
     const engine_plan_option *o = suggest(p, true);
@@ -476,6 +524,8 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
                       : p.min_layers_streamed < 0                         ? "min_layers_streamed must not be negative"
                       : (int)p.quant < 0 || (int)p.quant > ENGINE_QUANT_FP4 ? "unknown quantization"
                       : bad_rate(p.hbm_gbps) || bad_rate(p.pcie_gbps)     ? "bandwidths must be positive"
+                      : p.host_layers < -1                                ? "host_layers must be -1 or more"
+                      : p.host_layers != 0 && bad_rate(p.host_gbps)       ? "host_layers needs a positive host_gbps"
                                                                           : NULL;
     if (bad) {
         err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_plan_create: %s", bad);
@@ -518,6 +568,9 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->fits = chosen.fits;
     t->n_layers = c->n_layers;
     t->n_layers_streamed = chosen.k;
+    t->n_layers_host = chosen.fits ? chosen.h : 0;
+    t->host_per_token = chosen.fits ? chosen.hosted : 0;
+    t->host_gbps = p.host_gbps;
     t->weights_resident = chosen.resident;
     t->weights_streamed = chosen.streamed;
     t->stream_buffers = chosen.slots;
@@ -544,9 +597,10 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
                                chosen.emb_host ? in.emb_row : 0};
     for (int l = 0; l < c->n_layers; l++) {
         const bool str = chosen.k > 0 && is_streamed(l, chosen.k, c->n_layers);
+        const bool host = str && chosen.fits && is_hosted(l, &chosen, c->n_layers);
         r[1 + l] = (engine_plan_entry){ENGINE_PLAN_LAYER, l, w.format, w.layer[l],
-                                       str ? ENGINE_PLACE_STREAMED : ENGINE_PLACE_RESIDENT, kv_layer,
-                                       str ? w.layer_mats[l] : 0};
+                                       host ? ENGINE_PLACE_HOST : str ? ENGINE_PLACE_STREAMED : ENGINE_PLACE_RESIDENT,
+                                       kv_layer, str && !host ? w.layer_mats[l] : 0};
     }
     const k_weight *head_w = in.tied ? &m->tok_emb : &m->lm_head;
     r[1 + c->n_layers] = (engine_plan_entry){ENGINE_PLAN_OUTPUT, -1, format_label(head_w, ENGINE_QUANT_NONE,

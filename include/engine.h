@@ -115,6 +115,12 @@ typedef struct engine_model_params {
      * they would fit (spread evenly, as the planner does); 0 = only what the
      * budget needs. For tests and measurements. */
     int min_layers_streamed;
+    /* CUDA: how many of the streamed layers the CPU computes for each
+     * decoded token instead of copying them to the GPU (prompts still
+     * stream them): -1 = as many as the planner finds fastest from this
+     * host's rate, measured at load (default), 0 = none, N > 0 = N of them
+     * (at most all the streamed). */
+    int host_layers;
 } engine_model_params;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
@@ -407,8 +413,11 @@ ENGINE_API engine_status engine_quantize(const char *in, const char *out, const 
 
 typedef enum engine_placement {
     ENGINE_PLACE_RESIDENT = 0, /* on the GPU for the whole run                    */
-    ENGINE_PLACE_STREAMED = 1  /* in host memory, copied to the GPU when needed;
+    ENGINE_PLACE_STREAMED = 1, /* in host memory, copied to the GPU when needed;
                                   for the embeddings: each token's row is copied */
+    ENGINE_PLACE_HOST = 2      /* a layer in host memory that the CPU computes for
+                                  each decoded token (its attention runs on the GPU,
+                                  its KV cache stays there); prompts stream it      */
 } engine_placement;
 
 typedef enum engine_plan_part {
@@ -430,6 +439,14 @@ typedef struct engine_plan_params {
     double pcie_gbps;            /* 0 = ENGINE_PLAN_PCIE_GBPS                                        */
     int min_layers_streamed;     /* stream at least this many layers even where more would fit
                                     (as engine_model_params.min_layers_streamed); 0 = as needed     */
+    int host_layers;             /* streamed layers the CPU computes for decode (ENGINE_PLACE_HOST,
+                                    spread evenly among the streamed): 0 = none (default); -1 = as
+                                    many as make decode fastest at host_gbps, the CPU's work
+                                    overlapping the other layers' copies; N > 0 = N of them (at most
+                                    all the streamed)                                               */
+    double host_gbps;            /* the rate at which the CPU computes a layer for one token, in GB of
+                                    its weights per second (engine_host_layer_rate); needed when
+                                    host_layers is not 0                                            */
 } engine_plan_params;
 
 /* One row of the plan: the embeddings, each layer in order, the output head. */
@@ -440,7 +457,8 @@ typedef struct engine_plan_entry {
     uint64_t weight_bytes;       /* bytes on the device in that format                              */
     engine_placement placement;
     uint64_t kv_bytes;           /* this layer's K and V cache (always on the device); 0 otherwise  */
-    uint64_t bytes_per_token;    /* host-to-device bytes per decoded token; 0 when resident         */
+    uint64_t bytes_per_token;    /* host-to-device bytes per decoded token; 0 when resident or
+                                    computed on the host                                            */
 } engine_plan_entry;
 
 typedef struct engine_plan_totals {
@@ -448,7 +466,8 @@ typedef struct engine_plan_totals {
     int n_ctx;                   /* the context length planned for                                  */
     int fits;                    /* 0: refused, even the minimum is over the budget                 */
     int n_layers;
-    int n_layers_streamed;
+    int n_layers_streamed;       /* in host memory: streamed and host-computed alike               */
+    int n_layers_host;           /* of which the CPU computes for decode (ENGINE_PLACE_HOST)        */
     uint64_t weights_resident;   /* weights held on the device for the whole run                    */
     uint64_t weights_streamed;   /* weights kept in host memory                                     */
     uint64_t stream_buffers;     /* device buffers for the streamed layers in flight                */
@@ -461,10 +480,13 @@ typedef struct engine_plan_totals {
     uint64_t all_resident;       /* device memory to keep every weight resident                     */
     uint64_t read_per_token;     /* resident weight bytes read per decoded token                    */
     uint64_t streamed_per_token; /* host-to-device bytes per decoded token                          */
-    double tokens_per_second;    /* decode bound: read / HBM + streamed / PCIe bandwidth             */
+    uint64_t host_per_token;     /* weight bytes the CPU reads per decoded token                    */
+    double tokens_per_second;    /* decode bound: read / HBM + the longer of streamed / PCIe
+                                    bandwidth and host-computed / host rate (they overlap)          */
     double resident_tokens_per_second; /* the bound if every weight were resident                   */
     int max_ctx_that_fits;       /* when refused: the longest context that would fit, 0 if none     */
     double hbm_gbps, pcie_gbps;  /* the bandwidths used                                             */
+    double host_gbps;            /* the host compute rate used (0: none)                            */
 } engine_plan_totals;
 
 /* The same plan with the layers quantized to another format (as --quant would). */
@@ -527,6 +549,16 @@ ENGINE_API const engine_plan *engine_model_plan(const engine_model *model);
  */
 ENGINE_API engine_status engine_device_reserve(uint64_t *bytes);
 
+/*
+ * The rate at which this host's CPU computes one token through a decoder
+ * layer of model (its matrix products, no attention), in GB of weights per
+ * second, with the threads hosted layers use (the model's but one, which
+ * waits for the GPU): the planner's host_gbps. Runs the
+ * layer a few times (tens of milliseconds for an 8B layer; the first
+ * call faults the layer's pages in). The last layer is timed.
+ */
+ENGINE_API engine_status engine_host_layer_rate(const engine_model *model, double *gbps);
+
 /* What streaming did in a session: placement, and copy and compute time measured on the device. */
 typedef struct engine_offload_times {
     int passes;             /* evaluations measured                                  */
@@ -536,13 +568,16 @@ typedef struct engine_offload_times {
     double compute_seconds; /* the layers and the head computing                     */
     double overlap_seconds; /* copies and compute both in progress                   */
     uint64_t bytes_copied;  /* streamed weight bytes copied                          */
+    double host_seconds;    /* the CPU computing host-placed layers                  */
 } engine_offload_times;
 
 typedef struct engine_offload_report {
     int n_layers;
-    int n_layers_streamed;
+    int n_layers_streamed;    /* in host memory, host-computed ones included          */
+    int n_layers_host;        /* computed by the CPU for decode (ENGINE_PLACE_HOST)   */
     int embeddings_on_host;   /* each token's embedding row read from host memory     */
-    uint64_t bytes_per_token; /* streamed weight bytes per evaluation                 */
+    uint64_t bytes_per_token; /* streamed weight bytes per decoded token (a prompt's
+                                 passes also stream the hosted layers)                */
     uint64_t stream_buffers;  /* device bytes of the buffers streamed layers go into  */
     uint64_t host_pinned;     /* host bytes pinned for streaming (registered + copies) */
     uint64_t device_reserve;  /* what engine_device_reserve set aside at load          */

@@ -225,6 +225,86 @@ static void test_streaming_8b(void)
     synth_free(m);
 }
 
+static engine_plan *plan_hosted(const engine_model *m, int host_layers, double host_gbps)
+{
+    engine_plan_params pp = engine_plan_default_params();
+    pp.vram_budget = 8 * GiB, pp.n_ctx = 4096, pp.host_layers = host_layers, pp.host_gbps = host_gbps;
+    engine_plan *p = NULL;
+    char err[512];
+    CHECK_MSG(engine_plan_create(m, &pp, &p, err, sizeof err) == ENGINE_OK && p, "%s", err);
+    return p;
+}
+
+/*
+ * Hosted layers on the 8B shape at 8 GiB: the same layers leave the device
+ * as without them, some of the streamed become ENGINE_PLACE_HOST, the bound
+ * is read/HBM + max(copied/PCIe, hosted/host rate) recomputed here, and the
+ * automatic count is no worse than one more or one fewer.
+ */
+static void test_hosted_8b(void)
+{
+    engine_model *m = synth(&LLAMA_8B);
+    engine_plan *base = plan_hosted(m, 0, 0.0);
+    const engine_plan_totals *b = engine_plan_get_totals(base);
+    CHECK(b->n_layers_streamed > 4 && b->n_layers_host == 0 && b->host_per_token == 0);
+    const int k = b->n_layers_streamed;
+    /* Rates: the CPU as fast as PCIe, a tenth of it, next to nothing. */
+    const double rates[] = {54.7, 5.47, 1e-4};
+    for (size_t ri = 0; ri < sizeof rates / sizeof rates[0]; ri++) {
+        engine_plan *p = plan_hosted(m, -1, rates[ri]);
+        const engine_plan_totals *t = engine_plan_get_totals(p);
+        int hosted = 0;
+        for (int l = 0; l < 32; l++) {
+            const engine_placement was = engine_plan_entry_at(base, 1 + (size_t)l)->placement;
+            const engine_plan_entry *r = engine_plan_entry_at(p, 1 + (size_t)l);
+            hosted += r->placement == ENGINE_PLACE_HOST;
+            CHECK(r->placement == was || (r->placement == ENGINE_PLACE_HOST && was == ENGINE_PLACE_STREAMED));
+            CHECK(r->placement != ENGINE_PLACE_HOST || r->bytes_per_token == 0);
+        }
+        CHECK_MSG(hosted == t->n_layers_host && t->n_layers_streamed == k, "rate %.4g: %d hosted, totals %d",
+                  rates[ri], hosted, t->n_layers_host);
+        CHECK(t->streamed_per_token + t->host_per_token == b->streamed_per_token);
+        CHECK(t->device_total == b->device_total && t->read_per_token == b->read_per_token);
+        const double copy = t->streamed_per_token / 54.7e9, host = t->host_per_token / (rates[ri] * 1e9);
+        const double bound = 1.0 / (t->read_per_token / 3000e9 + (copy > host ? copy : host));
+        CHECK_MSG(fabs(t->tokens_per_second - bound) < 1e-6 * bound, "%.4f vs %.4f", t->tokens_per_second, bound);
+        CHECK(t->tokens_per_second >= b->tokens_per_second);
+        if (ri == 0) /* equal rates: about half each way, nearly twice the streaming bound */
+            CHECK_MSG(abs(2 * t->n_layers_host - k) <= 1 && t->tokens_per_second > 1.7 * b->tokens_per_second,
+                      "%d of %d hosted, %.2f vs %.2f tok/s", t->n_layers_host, k, t->tokens_per_second,
+                      b->tokens_per_second);
+        if (ri == 2)
+            CHECK(t->n_layers_host == 0);
+        for (int d = -1; d <= 1; d += 2) { /* the neighbours, asked for exactly */
+            const int h = t->n_layers_host + d;
+            if (h < 1 || h > k)
+                continue;
+            engine_plan *q = plan_hosted(m, h, rates[ri]);
+            CHECK(engine_plan_get_totals(q)->n_layers_host == h &&
+                  engine_plan_get_totals(q)->tokens_per_second <= t->tokens_per_second * (1 + 1e-12));
+            engine_plan_free(q);
+        }
+        if (t->n_layers_host > 0)
+            CHECK_MSG(strstr(engine_plan_summary(p), "computed on the CPU for decode") != NULL, "%s",
+                      engine_plan_summary(p));
+        engine_plan_free(p);
+    }
+    /* An exact count beyond the streamed is all of them. */
+    engine_plan *all = plan_hosted(m, 1000, 10.0);
+    CHECK(engine_plan_get_totals(all)->n_layers_host == k && engine_plan_get_totals(all)->streamed_per_token ==
+                                                                 4096 * 2 /* the embedding row */);
+    engine_plan_free(all);
+    /* Host compute needs a rate. */
+    engine_plan_params pp = engine_plan_default_params();
+    pp.vram_budget = 8 * GiB, pp.host_layers = -1;
+    engine_plan *p = NULL;
+    CHECK(engine_plan_create(m, &pp, &p, NULL, 0) == ENGINE_ERR_INVALID_ARG && !p);
+    pp.host_layers = -2, pp.host_gbps = 10.0;
+    CHECK(engine_plan_create(m, &pp, &p, NULL, 0) == ENGINE_ERR_INVALID_ARG && !p);
+    engine_plan_free(base);
+    synth_free(m);
+}
+
 /* Shrinking budgets: never less streamed, never faster, refusal only at the end, budget never exceeded. */
 static void test_monotonic(const shape *s, uint64_t top, uint64_t step, int n_ctx)
 {
@@ -413,6 +493,7 @@ int main(void)
 {
     test_sizes_8b();
     test_streaming_8b();
+    test_hosted_8b();
     test_monotonic(&LLAMA_8B, 20 * GiB, 64 * MiB, 4096);
     test_monotonic(&LLAMA_1B, 4 * GiB, 16 * MiB, 8192);
     test_monotonic(&SMALL, 1 * GiB, 2 * MiB, 2048);

@@ -47,8 +47,12 @@ static const char USAGE[] =
     "                        (default: the device's free memory less 512 MiB)\n"
     "  --stream-layers N     stream at least N layers from host memory even where they would\n"
     "                        fit (measurements; default 0: what the budget needs)\n"
+    "  --host-layers N       of the streamed layers, let the CPU compute N for each decoded\n"
+    "                        token instead of copying them (0: none; default: as many as\n"
+    "                        this CPU's measured speed makes fastest)\n"
     "  --dry-run             print where each layer would live under --vram (resident on the\n"
-    "                        GPU or streamed from host memory) and exit; needs no GPU\n"
+    "                        GPU, streamed from host memory, or computed by the CPU) and exit;\n"
+    "                        needs no GPU\n"
     "  --report              print that plan on stderr before generating, and after it the\n"
     "                        measured copy and compute time of streamed layers and their overlap\n"
     "output:\n"
@@ -137,8 +141,19 @@ static int print_plan(const char *path, const engine_model_params *mp, int n_ctx
     pp.vram_budget = mp->vram_budget;
     pp.n_ctx = n_ctx;
     pp.quant = mp->quant;
+    pp.min_layers_streamed = mp->min_layers_streamed;
     engine_plan *plan = NULL;
     engine_status st = engine_plan_create(m, &pp, &plan, err, sizeof err);
+    double gbps = 0.0;
+    /* Streamed layers: plan again with this CPU's measured speed at computing one. */
+    if (st == ENGINE_OK && engine_plan_get_totals(plan)->n_layers_streamed > 0 && mp->host_layers != 0 &&
+        engine_host_layer_rate(m, &gbps) == ENGINE_OK) {
+        pp.host_gbps = gbps;
+        pp.host_layers = mp->host_layers;
+        engine_plan_free(plan);
+        plan = NULL;
+        st = engine_plan_create(m, &pp, &plan, err, sizeof err);
+    }
     if (plan && json && out)
         plan_print_json(out, plan, path);
     else if (plan && st == ENGINE_OK && out)
@@ -178,7 +193,7 @@ static void report_loaded(const engine_model *model, const char *path, const eng
 /* The numeric options: name, range, and the field each sets. */
 typedef enum opt_field {
     OPT_N_PREDICT, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
-    OPT_CTX, OPT_THREADS, OPT_STREAM_LAYERS
+    OPT_CTX, OPT_THREADS, OPT_STREAM_LAYERS, OPT_HOST_LAYERS
 } opt_field;
 
 typedef struct number_option {
@@ -200,6 +215,7 @@ static const number_option NUMBER_OPTIONS[] = {
     {"--ctx", NULL, OPT_CTX, 'i', 1, 1 << 24},
     {"--threads", NULL, OPT_THREADS, 'i', 1, 4096},
     {"--stream-layers", NULL, OPT_STREAM_LAYERS, 'i', 0, 1 << 20},
+    {"--host-layers", NULL, OPT_HOST_LAYERS, 'i', 0, 1 << 20},
 };
 
 static const number_option *find_number_option(const char *a)
@@ -233,6 +249,7 @@ static int parse_number_option(const number_option *opt, const char *v, engine_m
     case OPT_CTX: sp->n_ctx = (int)l; break;
     case OPT_THREADS: mp->n_threads = (int)l; break;
     case OPT_STREAM_LAYERS: mp->min_layers_streamed = (int)l; break;
+    case OPT_HOST_LAYERS: mp->host_layers = (int)l; break;
     }
     return 0;
 }

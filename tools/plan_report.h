@@ -37,7 +37,7 @@ static inline const char *report_part(const engine_plan_entry *r, char *buf, siz
 
 static inline const char *report_place(engine_placement p)
 {
-    return p == ENGINE_PLACE_STREAMED ? "streamed" : "resident";
+    return p == ENGINE_PLACE_STREAMED ? "streamed" : p == ENGINE_PLACE_HOST ? "host" : "resident";
 }
 
 static inline void plan_print_text(FILE *f, const engine_plan *plan, const char *model)
@@ -67,6 +67,10 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
             report_bytes(c, sizeof c, t->free_bytes));
     fprintf(f, "  minimum %s (everything streamed), all resident %s\n", report_bytes(a, sizeof a, t->minimum),
             report_bytes(b, sizeof b, t->all_resident));
+    if (t->n_layers_host > 0)
+        fprintf(f, "  host: %d layers (%s a token) computed by the CPU for decode at %.1f GB/s while the others "
+                   "stream; prompts stream them too\n",
+                t->n_layers_host, report_bytes(a, sizeof a, t->host_per_token), t->host_gbps);
     fprintf(f, "  per token: %s streamed, %s read on the device; decode bound %.1f tok/s at %.1f GB/s PCIe, "
                "%.0f GB/s HBM (all resident: %.1f tok/s)\n",
             report_bytes(a, sizeof a, t->streamed_per_token), report_bytes(b, sizeof b, t->read_per_token),
@@ -89,8 +93,10 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
     const engine_plan_totals *t = engine_plan_get_totals(plan);
     fprintf(f, "{\"model\":");
     cli_json_string(f, model, strlen(model));
-    fprintf(f, ",\"fits\":%s,\"budget\":%llu,\"n_ctx\":%d,\"n_layers\":%d,\"n_layers_streamed\":%d,\"entries\":[",
-            t->fits ? "true" : "false", (unsigned long long)t->budget, t->n_ctx, t->n_layers, t->n_layers_streamed);
+    fprintf(f, ",\"fits\":%s,\"budget\":%llu,\"n_ctx\":%d,\"n_layers\":%d,\"n_layers_streamed\":%d,"
+               "\"n_layers_host\":%d,\"entries\":[",
+            t->fits ? "true" : "false", (unsigned long long)t->budget, t->n_ctx, t->n_layers, t->n_layers_streamed,
+            t->n_layers_host);
     for (size_t i = 0; i < engine_plan_n_entries(plan); i++) {
         const engine_plan_entry *r = engine_plan_entry_at(plan, i);
         static const char *const PARTS[] = {"embeddings", "layer", "output"};
@@ -105,14 +111,14 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             "\"kv_cache\":%llu,\"activations\":%llu,\"cuda_context\":%llu,\"device_total\":%llu,\"free\":%llu,"
             "\"minimum\":%llu,\"all_resident\":%llu,\"read_per_token\":%llu,\"streamed_per_token\":%llu,"
             "\"tokens_per_second\":%.3f,\"resident_tokens_per_second\":%.3f,\"max_ctx_that_fits\":%d,"
-            "\"hbm_gbps\":%.1f,\"pcie_gbps\":%.1f},\"options\":[",
+            "\"hbm_gbps\":%.1f,\"pcie_gbps\":%.1f,\"host_gbps\":%.2f,\"host_per_token\":%llu},\"options\":[",
             (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
             (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
             (unsigned long long)t->activations, (unsigned long long)t->cuda_context,
             (unsigned long long)t->device_total, (unsigned long long)t->free_bytes, (unsigned long long)t->minimum,
             (unsigned long long)t->all_resident, (unsigned long long)t->read_per_token,
             (unsigned long long)t->streamed_per_token, t->tokens_per_second, t->resident_tokens_per_second,
-            t->max_ctx_that_fits, t->hbm_gbps, t->pcie_gbps);
+            t->max_ctx_that_fits, t->hbm_gbps, t->pcie_gbps, t->host_gbps, (unsigned long long)t->host_per_token);
     for (size_t i = 0; i < engine_plan_n_options(plan); i++) {
         const engine_plan_option *o = engine_plan_option_at(plan, i);
         fprintf(f,
@@ -143,6 +149,8 @@ static inline void offload_print_times(FILE *f, const char *name, const engine_o
             name, t->passes, t->passes == 1 ? "" : "es", t->tokens, t->wall_seconds * per * 1e3,
             t->copy_seconds * per * 1e3, gbps, t->compute_seconds * per * 1e3, t->overlap_seconds * per * 1e3,
             t->copy_seconds > 0 ? 100.0 * t->overlap_seconds / t->copy_seconds : 0.0);
+    if (t->host_seconds > 0)
+        fprintf(f, "; the CPU's layers %.1f ms", t->host_seconds * per * 1e3);
     if (bound > 0 && t->wall_seconds > 0)
         fprintf(f, "; %.1f passes/s, %.0f%% of the %.1f passes/s its streamed bytes allow at %.1f GB/s",
                 t->passes / t->wall_seconds, 100.0 * (t->passes / t->wall_seconds) / bound, bound, pcie_gbps);
@@ -153,9 +161,12 @@ static inline void offload_print_times(FILE *f, const char *name, const engine_o
 static inline void offload_print_text(FILE *f, const engine_offload_report *r, double pcie_gbps)
 {
     char a[32], b[32], c[32], d[32];
-    fprintf(f, "offload measured: %d of %d layers streamed%s, %s a token, stream buffers %s, host memory pinned %s, "
+    char hosted[64] = "";
+    if (r->n_layers_host > 0)
+        snprintf(hosted, sizeof hosted, " (%d of them computed by the CPU for decode)", r->n_layers_host);
+    fprintf(f, "offload measured: %d of %d layers streamed%s%s, %s a token, stream buffers %s, host memory pinned %s, "
                "CUDA context reserve %s\n",
-            r->n_layers_streamed, r->n_layers, r->embeddings_on_host ? " (embeddings on the host)" : "",
+            r->n_layers_streamed, r->n_layers, hosted, r->embeddings_on_host ? " (embeddings on the host)" : "",
             report_bytes(a, sizeof a, r->bytes_per_token), report_bytes(b, sizeof b, r->stream_buffers),
             report_bytes(c, sizeof c, r->host_pinned), report_bytes(d, sizeof d, r->device_reserve));
     if (r->n_layers_streamed == 0)
@@ -168,18 +179,18 @@ static inline void offload_json_times(FILE *f, const char *name, const engine_of
 {
     fprintf(f,
             "\"%s\":{\"passes\":%d,\"tokens\":%d,\"wall_seconds\":%.6f,\"copy_seconds\":%.6f,"
-            "\"compute_seconds\":%.6f,\"overlap_seconds\":%.6f,\"bytes_copied\":%llu}",
+            "\"compute_seconds\":%.6f,\"overlap_seconds\":%.6f,\"bytes_copied\":%llu,\"host_seconds\":%.6f}",
             name, t->passes, t->tokens, t->wall_seconds, t->copy_seconds, t->compute_seconds, t->overlap_seconds,
-            (unsigned long long)t->bytes_copied);
+            (unsigned long long)t->bytes_copied, t->host_seconds);
 }
 
 /* The same as one JSON object (no newline). */
 static inline void offload_print_json(FILE *f, const engine_offload_report *r)
 {
     fprintf(f,
-            "{\"n_layers\":%d,\"n_layers_streamed\":%d,\"embeddings_on_host\":%s,\"bytes_per_token\":%llu,"
-            "\"stream_buffers\":%llu,\"host_pinned\":%llu,\"device_reserve\":%llu,",
-            r->n_layers, r->n_layers_streamed, r->embeddings_on_host ? "true" : "false",
+            "{\"n_layers\":%d,\"n_layers_streamed\":%d,\"n_layers_host\":%d,\"embeddings_on_host\":%s,"
+            "\"bytes_per_token\":%llu,\"stream_buffers\":%llu,\"host_pinned\":%llu,\"device_reserve\":%llu,",
+            r->n_layers, r->n_layers_streamed, r->n_layers_host, r->embeddings_on_host ? "true" : "false",
             (unsigned long long)r->bytes_per_token, (unsigned long long)r->stream_buffers,
             (unsigned long long)r->host_pinned, (unsigned long long)r->device_reserve);
     offload_json_times(f, "prefill", &r->prefill);

@@ -18,6 +18,7 @@
 
 #include <string.h>
 
+#include "host_layers.h"
 #include "state.h"
 #include "stream.h"
 
@@ -107,16 +108,24 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
     const int dim = c->dim, qd = c->n_heads * c->head_dim, qkvd = qd + 2 * c->n_kv_heads * c->head_dim;
     const float eps = (float)c->rms_eps;
 
-    TRY(stream_begin(cs, 1, false));
+    TRY(stream_begin(cs, s, 1, false, true));
     TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
         TRY(stream_before_layer(cs, l));
+        rope_qkv_args ra = rope_args(cs, s, l, 1);
+        if (stream_hosted(cs, l)) { /* the CPU's products around the GPU's attention */
+            const bool next = l + 1 < c->n_layers && stream_hosted(cs, l + 1);
+            TRY(host_layer_before(cs->host, lc, l, cs->x, cs->qkv, l == 0 || !stream_hosted(cs, l - 1)));
+            TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
+            TRY(host_layer_after(cs->host, lc, l, cs->att, cs->x, !next));
+            TRY(stream_after_layer(cs, l));
+            continue;
+        }
         gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = GEMV_IN_RMSNORM, .x = cs->x,
                          .norm = D->attn_norm, .eps = eps};
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
-        rope_qkv_args ra = rope_args(cs, s, l, 1);
         TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
         gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
                        .x = cs->att};
@@ -152,7 +161,7 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
     const int ffn = c->ffn_dim;
     const float eps = (float)c->rms_eps;
 
-    TRY(stream_begin(cs, n, true));
+    TRY(stream_begin(cs, s, n, true, false));
     TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->ids, n, dim));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
@@ -276,6 +285,8 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
             ce = cudaMemcpyAsync(cs->h_step + STEP_ARGMAX, cs->step + STEP_ARGMAX, sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, st);
     }
+    if (ce == cudaSuccess && n == 1 && cs->host) /* sleep while the CPU works (a blocking-sync event) */
+        ce = cudaEventSynchronize(cs->step_done[s->n_past & 1]);
     if (ce == cudaSuccess && want_logits)
         ce = cudaMemcpyAsync(s->logits, cs->logits, (size_t)s->model->cfg.vocab_size * sizeof(float),
                              cudaMemcpyDeviceToHost, st);

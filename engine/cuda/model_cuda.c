@@ -498,6 +498,25 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
     engine_status st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
     if (st)
         return err_set(e, st, "%s", msg);
+    /* Streamed layers: plan again knowing how fast this CPU would compute one. */
+    const int streamed = engine_plan_get_totals(cm->plan)->n_layers_streamed;
+    if (streamed > 0 && m->host_layers != 0) {
+        int last = m->cfg.n_layers - 1;
+        while (last > 0 && engine_plan_entry_at(cm->plan, 1 + (size_t)last)->placement == ENGINE_PLACE_RESIDENT)
+            last--;
+        pp.host_gbps = cpu_layer_rate(m, last, model_host_threads(m)) / 1e9;
+        pp.host_layers = m->host_layers;
+        if (pp.host_gbps > 0.0) {
+            engine_plan_free(cm->plan);
+            cm->plan = NULL;
+            st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
+            if (st)
+                return err_set(e, st, "%s", msg);
+            model_log(m, ENGINE_LOG_INFO, "CUDA: this CPU computes a layer at %.1f GB/s with %d threads: %d of the %d "
+                      "streamed layers are computed on it for decode", pp.host_gbps, model_host_threads(m),
+                      engine_plan_get_totals(cm->plan)->n_layers_host, streamed);
+        }
+    }
     const size_t n = engine_plan_n_entries(cm->plan);
     if (engine_plan_entry_at(cm->plan, n - 1)->placement == ENGINE_PLACE_STREAMED)
         return err_set(e, ENGINE_ERR_UNSUPPORTED,

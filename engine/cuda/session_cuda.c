@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_layers.h"
 #include "state.h"
 #include "stream.h"
 
@@ -87,14 +88,18 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->v_cache = (char *)cs->kv + one;
     layout(cs, s, cs->act_region);
     st = stream_session_create(cs, s, e);
+    if (!st && cs->cm->sm && cs->cm->sm->n_hosted > 0)
+        st = host_layers_create(s, &cs->host, e);
     if (st) {
         cuda_session_free(cs);
         return st;
     }
 
     cudaError_t ce = cudaStreamCreateWithFlags(&cs->lc.stream, cudaStreamNonBlocking);
+    /* With hosted layers the CPU is busy during a step: the thread waiting for it sleeps rather than spins. */
+    const unsigned done_flags = cudaEventDisableTiming | (cs->host ? cudaEventBlockingSync : 0);
     for (int i = 0; i < 2 && ce == cudaSuccess; i++)
-        ce = cudaEventCreateWithFlags(&cs->step_done[i], cudaEventDisableTiming);
+        ce = cudaEventCreateWithFlags(&cs->step_done[i], done_flags);
     if (ce == cudaSuccess)
         ce = cudaMallocHost((void **)&cs->h_ids, (size_t)s->n_batch * sizeof(int32_t));
     if (ce == cudaSuccess)
@@ -146,6 +151,7 @@ void cuda_session_free(cuda_session *cs)
         if (cs->step_done[i])
             cudaEventDestroy(cs->step_done[i]);
     stream_session_free(cs);
+    host_layers_free(cs->host);
     launch_gemm_destroy(&cs->lc);
     if (cs->lc.stream)
         cudaStreamDestroy(cs->lc.stream);

@@ -80,6 +80,7 @@ struct cuda_session {
     launch_ctx lc;        /* stream, cuBLASLt handle, workspace          */
     cuda_layer *layers;   /* [n_layers] cm->layers, with the streamed ones in this session's slots */
     struct stream_session *ss; /* slots, copy stream, events; NULL when nothing streams */
+    struct host_layers *host;  /* the CPU's side of hosted layers; NULL when none */
     void *kv;             /* arena region: k_cache and v_cache           */
     void *act_region;     /* arena region: everything below but the KV   */
                           /* (lc.workspace is a region of its own)       */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_layers.h"
 #include "stream.h"
 
 #define ALIGN 256
@@ -21,6 +22,11 @@ struct stream_session {
     cudaEvent_t fork, join;
     cudaEvent_t *copied;      /* [n] streamed layer i is in its slot       */
     cudaEvent_t *freed;       /* [n] layer i's compute is done with its slot */
+    /* The copies of a pass kind (0: prompt, every streamed layer; 1: decode,
+     * the hosted ones left out), as streamed indices; at[kind][i] is i's
+     * position there or -1. kind: whose slot pointers cs->layers holds. */
+    int *order[2], n_order[2], *at[2];
+    int kind, timed_kind;   /* the kind of the pass now, of the timed pass pending */
     /* Timing of one pass: copies [cb, ce] per streamed layer, compute [lb, le] per layer, [t0, t1] in all. */
     bool timing, profile;
     cudaEvent_t t0, t1, *cb, *ce, *lb, *le;
@@ -83,16 +89,20 @@ engine_status stream_model_open(cuda_model *cm, const engine_model *m, const eng
     sm->emb_host = emb_host;
     sm->index = malloc((size_t)L * sizeof *sm->index);
     sm->layer_of = calloc((size_t)n + 1, sizeof *sm->layer_of);
+    sm->hosted = calloc((size_t)n + 1, sizeof *sm->hosted);
     sm->bytes = calloc((size_t)n + 1, sizeof *sm->bytes);
     sm->first = calloc((size_t)n + 2, sizeof *sm->first);
     sm->reg = calloc((size_t)st_n_files(m->weights) + 1, sizeof *sm->reg);
-    if (!sm->index || !sm->layer_of || !sm->bytes || !sm->first || !sm->reg)
+    if (!sm->index || !sm->layer_of || !sm->hosted || !sm->bytes || !sm->first || !sm->reg)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     for (int l = 0, i = 0; l < L; l++) {
-        const bool str = engine_plan_entry_at(plan, 1 + (size_t)l)->placement == ENGINE_PLACE_STREAMED;
-        sm->index[l] = str ? i : -1;
-        if (str)
-            sm->layer_of[i++] = l;
+        const engine_placement pl = engine_plan_entry_at(plan, 1 + (size_t)l)->placement;
+        sm->index[l] = pl != ENGINE_PLACE_RESIDENT ? i : -1;
+        if (pl == ENGINE_PLACE_RESIDENT)
+            continue;
+        sm->hosted[i] = pl == ENGINE_PLACE_HOST;
+        sm->n_hosted += sm->hosted[i];
+        sm->layer_of[i++] = l;
     }
     /* Pin the mappings so the copy engine reads the file's pages directly
      * (53.9 GB/s on an H100, HARDWARE.md). Where that fails (no read-only
@@ -149,6 +159,7 @@ void stream_model_free(stream_model *sm)
         cudaFreeHost(sm->emb_copy);
     free(sm->index);
     free(sm->layer_of);
+    free(sm->hosted);
     free(sm->bytes);
     free(sm->first);
     free(sm->copies);
@@ -157,6 +168,8 @@ void stream_model_free(stream_model *sm)
 }
 
 /* ---------------------------------------------------------- session side */
+
+static void set_kind(cuda_session *cs, const engine_session *s, int kind);
 
 static cudaError_t make_events(cudaEvent_t **out, int n, unsigned flags)
 {
@@ -199,9 +212,19 @@ engine_status stream_session_create(cuda_session *cs, const engine_session *s, e
                                    "the stream buffers", (void **)&ss->slots, e);
     if (st)
         return st;
-    for (int i = 0; i < sm->n; i++)
-        cuda_layer_mats(cm, s->model, sm->layer_of[i], ss->slots + (uint64_t)(i % sm->n_slots) * ss->stride,
-                        &cs->layers[sm->layer_of[i]]);
+    for (int k = 0; k < 2; k++) {
+        ss->order[k] = malloc((size_t)sm->n * sizeof *ss->order[k]);
+        ss->at[k] = malloc((size_t)sm->n * sizeof *ss->at[k]);
+        if (!ss->order[k] || !ss->at[k])
+            return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+        for (int i = 0; i < sm->n; i++) {
+            ss->at[k][i] = k == 1 && sm->hosted[i] ? -1 : ss->n_order[k];
+            if (ss->at[k][i] >= 0)
+                ss->order[k][ss->n_order[k]++] = i;
+        }
+    }
+    ss->kind = -1;
+    set_kind(cs, s, 0);
     const unsigned sync = cudaEventDisableTiming;
     cudaError_t ce = cudaStreamCreateWithFlags(&ss->copy, cudaStreamNonBlocking);
     if (ce == cudaSuccess)
@@ -251,6 +274,10 @@ void stream_session_free(cuda_session *cs)
     free_events(ss->ce, n);
     free_events(ss->lb, ss->n_layers);
     free_events(ss->le, ss->n_layers);
+    for (int k = 0; k < 2; k++) {
+        free(ss->order[k]);
+        free(ss->at[k]);
+    }
     arena_free(cs->cm->arena, ss->slots);
     free(ss);
     cs->ss = NULL;
@@ -266,13 +293,28 @@ static int failed(cuda_session *cs, cudaError_t ce)
     return launch_fail(&cs->lc, "streaming: %s", cudaGetErrorString(ce));
 }
 
-/* Queue streamed layer i's copies into its slot, once the layer before it in that slot is done. */
-static int copy_layer(cuda_session *cs, int i)
+/* Point the streamed layers' matrices at their slots for a pass of this kind. */
+static void set_kind(cuda_session *cs, const engine_session *s, int kind)
+{
+    stream_session *ss = cs->ss;
+    if (ss->kind == kind)
+        return;
+    ss->kind = kind;
+    for (int j = 0; j < ss->n_order[kind]; j++)
+        cuda_layer_mats(cs->cm, s->model, ss->sm->layer_of[ss->order[kind][j]],
+                        ss->slots + (uint64_t)(j % ss->sm->n_slots) * ss->stride,
+                        &cs->layers[ss->sm->layer_of[ss->order[kind][j]]]);
+}
+
+/* Queue the copies of the pass's j-th streamed layer into its slot, once the layer before it there is done. */
+static int copy_layer(cuda_session *cs, int j)
 {
     stream_session *ss = cs->ss;
     const stream_model *sm = ss->sm;
-    char *slot = ss->slots + (uint64_t)(i % sm->n_slots) * ss->stride;
-    cudaError_t ce = i >= sm->n_slots ? cudaStreamWaitEvent(ss->copy, ss->freed[i - sm->n_slots], 0) : cudaSuccess;
+    const int *order = ss->order[ss->kind], i = order[j];
+    char *slot = ss->slots + (uint64_t)(j % sm->n_slots) * ss->stride;
+    cudaError_t ce = j >= sm->n_slots ? cudaStreamWaitEvent(ss->copy, ss->freed[order[j - sm->n_slots]], 0)
+                                      : cudaSuccess;
     if (ce == cudaSuccess && ss->timing)
         ce = cudaEventRecord(ss->cb[i], ss->copy);
     for (int k = sm->first[i]; k < sm->first[i + 1] && ce == cudaSuccess; k++)
@@ -285,7 +327,13 @@ static int copy_layer(cuda_session *cs, int i)
     return ce == cudaSuccess ? 0 : failed(cs, ce);
 }
 
-int stream_begin(cuda_session *cs, int tokens, bool timing)
+bool stream_hosted(const cuda_session *cs, int l)
+{
+    const stream_session *ss = cs->ss;
+    return ss && ss->kind == 1 && ss->sm->index[l] >= 0 && ss->at[1][ss->sm->index[l]] < 0;
+}
+
+int stream_begin(cuda_session *cs, const engine_session *s, int tokens, bool timing, bool decode)
 {
     stream_session *ss = cs->ss;
     if (!ss)
@@ -299,6 +347,9 @@ int stream_begin(cuda_session *cs, int tokens, bool timing)
             stream_collect(cs, ss->pending_tokens, &ss->prefill);
         ss->pending_tokens = tokens;
     }
+    set_kind(cs, s, decode && ss->sm->n_hosted > 0 ? 1 : 0);
+    if (ss->timing)
+        ss->timed_kind = ss->kind;
     cudaError_t ce = ss->timing ? cudaEventRecord(ss->t0, cs->lc.stream) : cudaSuccess;
     if (ce == cudaSuccess)
         ce = cudaEventRecord(ss->fork, cs->lc.stream);
@@ -306,10 +357,17 @@ int stream_begin(cuda_session *cs, int tokens, bool timing)
         ce = cudaStreamWaitEvent(ss->copy, ss->fork, 0);
     if (ce != cudaSuccess)
         return failed(cs, ce);
-    for (int i = 0; i < ss->sm->n && i < ss->sm->n_slots; i++)
-        if (copy_layer(cs, i))
+    for (int j = 0; j < ss->n_order[ss->kind] && j < ss->sm->n_slots; j++)
+        if (copy_layer(cs, j))
             return -1;
     return 0;
+}
+
+/* Layer l's position in the pass's copies, or -1 (resident, or hosted in decode). */
+static int pass_pos(const stream_session *ss, int l)
+{
+    const int i = ss->sm->index[l];
+    return i >= 0 ? ss->at[ss->kind][i] : -1;
 }
 
 int stream_before_layer(cuda_session *cs, int l)
@@ -318,7 +376,7 @@ int stream_before_layer(cuda_session *cs, int l)
     if (!ss)
         return 0;
     const int i = ss->sm->index[l];
-    cudaError_t ce = i >= 0 ? cudaStreamWaitEvent(cs->lc.stream, ss->copied[i], 0) : cudaSuccess;
+    cudaError_t ce = pass_pos(ss, l) >= 0 ? cudaStreamWaitEvent(cs->lc.stream, ss->copied[i], 0) : cudaSuccess;
     if (ce == cudaSuccess && ss->timing)
         ce = cudaEventRecord(ss->lb[l], cs->lc.stream);
     return ce == cudaSuccess ? 0 : failed(cs, ce);
@@ -329,13 +387,13 @@ int stream_after_layer(cuda_session *cs, int l)
     stream_session *ss = cs->ss;
     if (!ss)
         return 0;
-    const int i = ss->sm->index[l];
+    const int i = ss->sm->index[l], j = pass_pos(ss, l);
     cudaError_t ce = ss->timing ? cudaEventRecord(ss->le[l], cs->lc.stream) : cudaSuccess;
-    if (ce == cudaSuccess && i >= 0)
+    if (ce == cudaSuccess && j >= 0)
         ce = cudaEventRecord(ss->freed[i], cs->lc.stream);
     if (ce != cudaSuccess)
         return failed(cs, ce);
-    return i >= 0 && i + ss->sm->n_slots < ss->sm->n ? copy_layer(cs, i + ss->sm->n_slots) : 0;
+    return j >= 0 && j + ss->sm->n_slots < ss->n_order[ss->kind] ? copy_layer(cs, j + ss->sm->n_slots) : 0;
 }
 
 int stream_end(cuda_session *cs)
@@ -377,17 +435,18 @@ void stream_collect(cuda_session *cs, int tokens, stream_times *t)
         return;
     double *cend = cb + sm->n, *lb = cend + sm->n, *le = lb + L;
     double copy = 0, compute = 0, overlap = 0;
-    for (int i = 0; i < sm->n; i++) {
-        cb[i] = since(ss, ss->cb[i]);
-        cend[i] = since(ss, ss->ce[i]);
-        copy += cend[i] - cb[i];
+    const int n = ss->n_order[ss->timed_kind], *order = ss->order[ss->timed_kind];
+    for (int j = 0; j < n; j++) {
+        cb[j] = since(ss, ss->cb[order[j]]);
+        cend[j] = since(ss, ss->ce[order[j]]);
+        copy += cend[j] - cb[j];
     }
     for (int l = 0; l < L; l++) {
         lb[l] = since(ss, ss->lb[l]);
         le[l] = l + 1 < L ? since(ss, ss->le[l]) : since(ss, ss->t1); /* the last layer's span takes the head */
         compute += le[l] - lb[l];
-        for (int i = 0; i < sm->n; i++) {
-            const double a = cb[i] > lb[l] ? cb[i] : lb[l], b = cend[i] < le[l] ? cend[i] : le[l];
+        for (int j = 0; j < n; j++) {
+            const double a = cb[j] > lb[l] ? cb[j] : lb[l], b = cend[j] < le[l] ? cend[j] : le[l];
             if (b > a)
                 overlap += b - a;
         }
@@ -399,15 +458,15 @@ void stream_collect(cuda_session *cs, int tokens, stream_times *t)
     t->copy += copy;
     t->compute += compute;
     t->overlap += overlap;
-    for (int i = 0; i < sm->n; i++)
-        t->bytes += sm->bytes[i];
+    for (int j = 0; j < n; j++)
+        t->bytes += sm->bytes[order[j]];
 }
 
 /* ----------------------------------------------------------------- report */
 
 static engine_offload_times as_public(const stream_times *t)
 {
-    return (engine_offload_times){t->passes, t->tokens, t->wall, t->copy, t->compute, t->overlap, t->bytes};
+    return (engine_offload_times){t->passes, t->tokens, t->wall, t->copy, t->compute, t->overlap, t->bytes, t->host};
 }
 
 engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offload_report *r, err_buf *e)
@@ -421,10 +480,11 @@ engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offloa
     if (!sm)
         return ENGINE_OK;
     r->n_layers_streamed = sm->n;
+    r->n_layers_host = sm->n_hosted;
     r->embeddings_on_host = sm->emb_host;
     r->host_pinned = sm->pinned;
     for (int i = 0; i < sm->n; i++)
-        r->bytes_per_token += sm->bytes[i];
+        r->bytes_per_token += sm->hosted[i] ? 0 : sm->bytes[i]; /* what a decoded token copies */
     if (sm->emb_host)
         r->bytes_per_token += (uint64_t)s->model->cfg.dim * k_dtype_size(cm->wt);
     r->stream_buffers = stream_session_bytes(cs);
@@ -441,6 +501,7 @@ engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offloa
     cuda_greedy_drop(s);
     stream_times dt = {0};
     ss->profile = true;
+    host_layers_take_seconds(cs->host); /* what earlier steps spent */
     engine_status st = ENGINE_OK;
     for (int k = 0; k < (n_decode < 16 ? n_decode : 16) && !st; k++) {
         cs->h_step[STEP_TOKEN] = s->tokens[s->n_past - 1];
@@ -453,8 +514,10 @@ engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offloa
             ce = cudaStreamSynchronize(cs->lc.stream);
         if (!st && ce != cudaSuccess)
             st = err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
-        if (!st)
+        if (!st) {
             stream_collect(cs, 1, &dt);
+            dt.host += host_layers_take_seconds(cs->host);
+        }
     }
     ss->profile = false;
     if (st)

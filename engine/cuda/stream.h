@@ -21,6 +21,13 @@
  * Copy i + n_slots waits for the event "layer i done with its slot";
  * layer i waits for "copy i done". With two slots, layer i+1 uploads while
  * layer i computes.
+ *
+ * Layers the plan places on the host (ENGINE_PLACE_HOST) are streamed like
+ * the others for prompts but skipped by decode, whose CPU computes them
+ * (host_layers.h): each kind of pass has its own order of copies, and
+ * i above is the position in that order. The slots' pointers are set for
+ * a kind when a pass of that kind begins (the decode graph keeps those it
+ * was captured with).
  */
 #ifndef ENGINE_CUDA_STREAM_H
 #define ENGINE_CUDA_STREAM_H
@@ -44,6 +51,8 @@ typedef struct stream_model {
     int n_slots;          /* device slots a session cycles them through         */
     int *index;           /* [n_layers]: position among the streamed, or -1     */
     int *layer_of;        /* [n]: the layer                                     */
+    bool *hosted;         /* [n]: computed on the host for decode               */
+    int n_hosted;
     uint64_t slot_bytes;  /* the largest streamed layer's matrices, padded      */
     uint64_t *bytes;      /* [n] bytes copied for each                          */
     stream_copy *copies;  /* every copy, layer by layer                         */
@@ -83,7 +92,7 @@ typedef struct stream_session stream_session;
 
 typedef struct stream_times {
     int passes, tokens;
-    double wall, copy, compute, overlap; /* seconds */
+    double wall, copy, compute, overlap, host; /* seconds */
     uint64_t bytes;
 } stream_times;
 
@@ -98,11 +107,15 @@ uint64_t stream_session_bytes(const cuda_session *cs);
  * begin forks the copy stream off the compute stream and starts the first
  * n_slots copies; before/after bracket layer l; end joins the copy stream
  * back. timing: record timing events as well (never while capturing).
+ * decode: a one-token pass, which leaves hosted layers to the caller.
  */
-int stream_begin(cuda_session *cs, int tokens, bool timing);
+int stream_begin(cuda_session *cs, const engine_session *s, int tokens, bool timing, bool decode);
 int stream_before_layer(cuda_session *cs, int l);
 int stream_after_layer(cuda_session *cs, int l);
 int stream_end(cuda_session *cs);
+
+/* Whether layer l is computed on the host in a decode pass. */
+bool stream_hosted(const cuda_session *cs, int l);
 
 /* After a timed pass has completed: add its figures to t. */
 void stream_collect(cuda_session *cs, int tokens, stream_times *t);

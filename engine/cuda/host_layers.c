@@ -1,0 +1,145 @@
+/*
+ * host_layers.c: the CPU side of hosted layers in a decode step (see
+ * host_layers.h): pinned vectors the step's copies read and write, and the
+ * host nodes that run the two halves of forward_cpu.c's layer.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdlib.h>
+#include <time.h>
+
+#include "host_layers.h"
+
+typedef struct host_job {
+    host_layers *h;
+    int layer;
+} host_job;
+
+struct host_layers {
+    const engine_model *m;
+    k_ctx kc;
+    float *x;      /* [dim] pinned: the residual while hosted layers run */
+    float *qkv;    /* [(nh + 2*nkv) * hd] pinned                          */
+    float *att;    /* [nh * hd] pinned                                    */
+    float *xb;     /* [max(dim, nh * hd)]                                 */
+    float *hb;     /* [ffn]                                               */
+    float *hb2;    /* [ffn]                                               */
+    host_job *jobs;/* [n_layers]                                          */
+    double seconds;/* written by the host nodes, read after a sync        */
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+engine_status host_layers_create(const engine_session *s, host_layers **out, err_buf *e)
+{
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
+    const size_t qd = (size_t)c->n_heads * c->head_dim, qkvd = qd + 2 * (size_t)c->n_kv_heads * c->head_dim;
+    const size_t widest = qd > (size_t)c->dim ? qd : (size_t)c->dim;
+    const size_t cols = widest > (size_t)c->ffn_dim ? widest : (size_t)c->ffn_dim;
+    *out = NULL;
+    host_layers *h = calloc(1, sizeof *h);
+    if (!h)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    h->m = m;
+    h->kc.n_threads = m->n_threads > 1 ? m->n_threads - 1 : 1;
+    h->kc.scratch_per_thread = k_matmul_scratch_floats((int)cols);
+    h->kc.scratch = malloc((size_t)h->kc.n_threads * h->kc.scratch_per_thread * sizeof(float));
+    h->xb = malloc((widest + 2 * (size_t)c->ffn_dim) * sizeof(float));
+    h->jobs = malloc((size_t)c->n_layers * sizeof *h->jobs);
+    cudaError_t ce = cudaHostAlloc((void **)&h->x, ((size_t)c->dim + qkvd + qd) * sizeof(float), cudaHostAllocPortable);
+    if (ce != cudaSuccess)
+        h->x = NULL;
+    if (!h->kc.scratch || !h->xb || !h->jobs || !h->x) {
+        host_layers_free(h);
+        return ce != cudaSuccess ? err_set(e, ENGINE_ERR_CUDA, "pinned buffers for hosted layers: %s",
+                                           cudaGetErrorString(ce))
+                                 : err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    h->qkv = h->x + c->dim;
+    h->att = h->qkv + qkvd;
+    h->hb = h->xb + widest;
+    h->hb2 = h->hb + c->ffn_dim;
+    for (int l = 0; l < c->n_layers; l++)
+        h->jobs[l] = (host_job){h, l};
+    *out = h;
+    return ENGINE_OK;
+}
+
+void host_layers_free(host_layers *h)
+{
+    if (!h)
+        return;
+    if (h->x)
+        cudaFreeHost(h->x);
+    free(h->kc.scratch);
+    free(h->xb);
+    free(h->jobs);
+    free(h);
+}
+
+/* Host nodes: each runs one half of the layer on the pinned vectors. */
+static void CUDART_CB run_before(void *p)
+{
+    const host_job *j = p;
+    host_layers *h = j->h;
+    const cfg_model *c = &h->m->cfg;
+    const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    const double t0 = now();
+    cpu_layer_qkv(h->m, &h->kc, j->layer, 1, h->x, h->xb, h->qkv, h->qkv + qd, h->qkv + qd + kvd, false);
+    h->seconds += now() - t0;
+}
+
+static void CUDART_CB run_after(void *p)
+{
+    const host_job *j = p;
+    host_layers *h = j->h;
+    const double t0 = now();
+    cpu_layer_out(h->m, &h->kc, j->layer, 1, h->x, h->att, h->xb, h->hb, h->hb2);
+    h->seconds += now() - t0;
+}
+
+static int failed(launch_ctx *lc, cudaError_t ce)
+{
+    return launch_fail(lc, "hosted layer: %s", cudaGetErrorString(ce));
+}
+
+int host_layer_before(host_layers *h, launch_ctx *lc, int l, const float *x, float *qkv, bool fetch_x)
+{
+    const cfg_model *c = &h->m->cfg;
+    const size_t qkvd = ((size_t)c->n_heads + 2 * (size_t)c->n_kv_heads) * c->head_dim;
+    cudaError_t ce = fetch_x ? cudaMemcpyAsync(h->x, x, (size_t)c->dim * sizeof(float), cudaMemcpyDeviceToHost,
+                                               lc->stream)
+                             : cudaSuccess;
+    if (ce == cudaSuccess)
+        ce = cudaLaunchHostFunc(lc->stream, run_before, &h->jobs[l]);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(qkv, h->qkv, qkvd * sizeof(float), cudaMemcpyHostToDevice, lc->stream);
+    return ce == cudaSuccess ? 0 : failed(lc, ce);
+}
+
+int host_layer_after(host_layers *h, launch_ctx *lc, int l, const float *att, float *x, bool put_x)
+{
+    const cfg_model *c = &h->m->cfg;
+    const size_t qd = (size_t)c->n_heads * c->head_dim;
+    cudaError_t ce = cudaMemcpyAsync(h->att, att, qd * sizeof(float), cudaMemcpyDeviceToHost, lc->stream);
+    if (ce == cudaSuccess)
+        ce = cudaLaunchHostFunc(lc->stream, run_after, &h->jobs[l]);
+    if (ce == cudaSuccess && put_x)
+        ce = cudaMemcpyAsync(x, h->x, (size_t)c->dim * sizeof(float), cudaMemcpyHostToDevice, lc->stream);
+    return ce == cudaSuccess ? 0 : failed(lc, ce);
+}
+
+double host_layers_take_seconds(host_layers *h)
+{
+    if (!h)
+        return 0.0;
+    const double s = h->seconds;
+    h->seconds = 0.0;
+    return s;
+}
