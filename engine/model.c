@@ -320,7 +320,10 @@ engine_status engine_host_layer_rate(const engine_model *m, double *gbps)
 {
     if (!m || !gbps || m->cfg.n_layers <= 0)
         return ENGINE_ERR_INVALID_ARG;
-    *gbps = cpu_layer_rate(m, m->cfg.n_layers - 1, model_host_threads(m)) / 1e9;
+    int layers[CPU_RATE_LAYERS], n = 0;
+    for (int l = m->cfg.n_layers - 1; l >= 0 && n < CPU_RATE_LAYERS; l--)
+        layers[n++] = l;
+    *gbps = cpu_layer_rate(m, layers, n, model_host_threads(m)) / 1e9;
     return *gbps > 0.0 ? ENGINE_OK : ENGINE_ERR_OUT_OF_MEMORY;
 }
 

@@ -553,9 +553,9 @@ ENGINE_API engine_status engine_device_reserve(uint64_t *bytes);
  * The rate at which this host's CPU computes one token through a decoder
  * layer of model (its matrix products, no attention), in GB of weights per
  * second, with the threads hosted layers use (the model's but one, which
- * waits for the GPU): the planner's host_gbps. Runs the
- * layer a few times (tens of milliseconds for an 8B layer; the first
- * call faults the layer's pages in). The last layer is timed.
+ * waits for the GPU): the planner's host_gbps. Runs the last four layers
+ * three times (about 0.1 s for an 8B model's once in memory; the first call
+ * faults their pages in).
  */
 ENGINE_API engine_status engine_host_layer_rate(const engine_model *model, double *gbps);
 

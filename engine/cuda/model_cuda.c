@@ -501,10 +501,11 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
     /* Streamed layers: plan again knowing how fast this CPU would compute one. */
     const int streamed = engine_plan_get_totals(cm->plan)->n_layers_streamed;
     if (streamed > 0 && m->host_layers != 0) {
-        int last = m->cfg.n_layers - 1;
-        while (last > 0 && engine_plan_entry_at(cm->plan, 1 + (size_t)last)->placement == ENGINE_PLACE_RESIDENT)
-            last--;
-        pp.host_gbps = cpu_layer_rate(m, last, model_host_threads(m)) / 1e9;
+        int layers[CPU_RATE_LAYERS], n = 0; /* the last streamed layers, read as decode would */
+        for (int l = m->cfg.n_layers - 1; l >= 0 && n < CPU_RATE_LAYERS; l--)
+            if (engine_plan_entry_at(cm->plan, 1 + (size_t)l)->placement != ENGINE_PLACE_RESIDENT)
+                layers[n++] = l;
+        pp.host_gbps = cpu_layer_rate(m, layers, n, model_host_threads(m)) / 1e9;
         pp.host_layers = m->host_layers;
         if (pp.host_gbps > 0.0) {
             engine_plan_free(cm->plan);
