@@ -572,8 +572,16 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
         k_swiglu(&kc, ref, ref + outs, (size_t)outs);
     for (int i = 0; i < outs && acc; i++)
         ref[i] += y0[i];
+    /* The 4-bit chunks (cols a multiple of 32) multiply in fp16: the input
+     * and the codes rounded to fp16 (unit roundoff u = 2^-11 = 4.9e-4 each)
+     * and up to 8 products summed in fp16 (a rounding each), then fp32.
+     * The roundings have random signs, so a row's error grows like its sum
+     * does: a model of this arithmetic on these shapes and inputs gives
+     * 1-2u of max |y| (at most 9e-4), hence 3e-3. A swapped nibble or a
+     * wrong absmax is off by O(0.1-1) and still fails. */
+    const double tol = type != K_I8 && cols % 32 == 0 ? 3e-3 : 2e-5;
     double err = rel_err_f(got, ref, (size_t)outs);
-    CHECK_MSG(err < 2e-5, "gemv %s group %d dq %d %dx%d mode %d: error %.2e", q_spec_name(&spec), group, dq, rows, cols,
+    CHECK_MSG(err < tol, "gemv %s group %d dq %d %dx%d mode %d: error %.2e", q_spec_name(&spec), group, dq, rows, cols,
               mode, err);
     /* Prefill decoding: exactly the CPU's weights (rounded to bf16 here). */
     void *dd = dev_alloc(nw * sizeof(uint16_t));

@@ -13,7 +13,8 @@
  *
  * Quantized weights (INT8, NF4/FP4) run through the same kernel: a chunk
  * type loads 16 bytes of a row with its scale and decodes them in
- * registers, so each weight byte is read once.
+ * registers, so each weight byte is read once. The 4-bit type stages the
+ * input as fp16 instead and multiplies pairs (see chunk_4bit).
  */
 #include "common.cuh"
 
@@ -32,7 +33,7 @@
  * here once cost more than streaming the weights.
  */
 template <int IN, int P>
-__device__ void stage_input(float *xs, const float *x, const float *norm, int cols, float eps)
+__device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps)
 {
     /* P > 0: 4 unused words after every P values (see the quantized chunks). */
     if (P > 0) {
@@ -52,7 +53,7 @@ __device__ void stage_input(float *xs, const float *x, const float *norm, int co
                 xs[j + j / P * 4] *= inv;
         }
         __syncthreads();
-        return;
+        return 1.0f;
     }
     const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && (IN != GEMV_IN_RMSNORM || (uintptr_t)norm % 16 == 0);
     float ss = 0.0f;
@@ -91,17 +92,98 @@ __device__ void stage_input(float *xs, const float *x, const float *norm, int co
             xs[j] *= inv;
     }
     __syncthreads();
+    return 1.0f; /* what the sums are multiplied by: the fp16 input below is scaled */
+}
+
+/* The sum and the maximum over the block, with one barrier (called once a kernel). */
+__device__ float2 block_sum_max(float s, float m)
+{
+    __shared__ float2 part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    s = warp_sum(s);
+    m = warp_max(m);
+    if (lane == 0)
+        part[warp] = make_float2(s, m);
+    __syncthreads();
+    const float2 p = lane < (int)(blockDim.x >> 5) ? part[lane] : make_float2(0.0f, 0.0f);
+    return make_float2(warp_sum(p.x), warp_max(p.y));
+}
+
+/* Columns 8g .. 8g + 7 of v, as two 16-byte loads where aligned. */
+__device__ __forceinline__ void load8(float *f, const float *v, int g, bool vec)
+{
+    if (vec) {
+        const float4 a = reinterpret_cast<const float4 *>(v)[2 * g], b = reinterpret_cast<const float4 *>(v)[2 * g + 1];
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            f[i] = v[8 * g + i];
+    }
+}
+
+/*
+ * The input in fp16 for the 4-bit products (cols a multiple of 32), column
+ * j at xs[j + j / 32 * 8]: 16 spare bytes after each 32 columns put the
+ * 16-byte reads of 8 lanes (chunks 80 bytes apart) on 32 distinct banks.
+ * The values are scaled by a power of two that brings the largest |x| into
+ * [2^11, 2^12): a partial sum of 8 products (|code| <= 1) then stays below
+ * 2^15, inside fp16's range whatever the activations' size (outlier
+ * features reach the thousands), and small inputs keep their precision.
+ * Two passes over x (the second hits the cache): the scale needs the
+ * maximum, and fp16 leaves no room to keep fp32 values here. Returns the
+ * factor that undoes the scale, exact.
+ */
+template <int IN, int P>
+__device__ float stage_input(__half *xs, const float *x, const float *norm, int cols, float eps)
+{
+    const bool rms = IN == GEMV_IN_RMSNORM;
+    const bool vec = (uintptr_t)x % 16 == 0 && (!rms || (uintptr_t)norm % 16 == 0);
+    const int n8 = cols / 8;
+    float ss = 0.0f, mx = 0.0f, v[8], g[8];
+    for (int j = threadIdx.x; j < n8; j += blockDim.x) {
+        load8(v, x, j, vec);
+        if (rms)
+            load8(g, norm, j, vec);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (rms)
+                ss += v[i] * v[i];
+            mx = fmaxf(mx, fabsf(rms ? v[i] * g[i] : v[i]));
+        }
+    }
+    const float2 r = block_sum_max(ss, mx);
+    const float inv = rms ? rsqrtf(r.x / cols + eps) : 1.0f;
+    /* Biased exponent e of the largest value: the scale is 2^(138 - e). At
+     * least 12 keeps both factors normal; inf (e = 255) stays inf. */
+    const int e = max((__float_as_int(r.y * inv) >> 23) & 0xff, 12);
+    const float scale = __int_as_float((265 - e) << 23), f = inv * scale;
+    for (int j = threadIdx.x; j < n8; j += blockDim.x) {
+        load8(v, x, j, vec);
+        if (rms)
+            load8(g, norm, j, vec);
+        __half2 h[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            h[i] = rms ? __floats2half2_rn(v[2 * i] * g[2 * i] * f, v[2 * i + 1] * g[2 * i + 1] * f)
+                       : __floats2half2_rn(v[2 * i] * f, v[2 * i + 1] * f);
+        *reinterpret_cast<uint4 *>(xs + 8 * j + 8 * j / P * 8) = *reinterpret_cast<const uint4 *>(h); /* P: 32 */
+    }
+    __syncthreads();
+    return __int_as_float((e - 11) << 23);
 }
 
 /*
  * One unit of loading and its dot product with the staged input. The lanes
  * of a warp take consecutive chunks; with wide chunks (16 or 32 columns)
  * element i of every lane's chunk would sit in one shared-memory bank, so
- * those chunk types set PAD: the input is staged with 4 spare words after
+ * those chunk types set PAD: the input is staged with 16 spare bytes after
  * each chunk's columns, so 16-byte reads of 8 lanes cover the 32 banks. load()
  * takes the row index and the chunk's index within the row; dot() gets the
- * input at the chunk's first column (the 4-bit type reads its code table
- * from code_s, below). VEC: columns a chunk covers.
+ * input at the chunk's first column (the 4-bit type reads its byte table
+ * from pair_s, below). VEC: columns a chunk covers; X: the staged input's
+ * element (PAD counts those); TABLE: the bytes of static shared memory the
+ * type's products read besides the input.
  */
 /*
  * What a quantized chunk needs to find its scale without dividing (integer
@@ -120,8 +202,14 @@ __device__ __forceinline__ qinfo make_qinfo(const gemv_args &a)
     return q;
 }
 
+/* What the types other than the 4-bit one stage: the input in fp32, no table. */
+struct x_f32 {
+    typedef float X;
+    static constexpr size_t TABLE = 0;
+};
+
 /* Dense: 16 bytes of a row (VEC elements) when rows are 16-byte aligned, else one element. */
-template <typename T, int N> struct chunk_dense {
+template <typename T, int N> struct chunk_dense : x_f32 {
     static constexpr int VEC = N, PAD = 0, UNROLL = GEMV_UNROLL, ROWS = GEMV_ROWS;
     uint4 v;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -138,7 +226,7 @@ template <typename T, int N> struct chunk_dense {
         return s;
     }
 };
-template <typename T> struct chunk_dense<T, 1> {
+template <typename T> struct chunk_dense<T, 1> : x_f32 {
     static constexpr int VEC = 1, PAD = 0, UNROLL = GEMV_UNROLL, ROWS = GEMV_ROWS;
     T v;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -149,7 +237,7 @@ template <typename T> struct chunk_dense<T, 1> {
 };
 
 /* INT8: 16 weights and the scale of their group (groups are multiples of 16 here). */
-struct chunk_i8 {
+struct chunk_i8 : x_f32 {
     static constexpr int VEC = 16, PAD = 4, UNROLL = GEMV_UNROLL, ROWS = GEMV_ROWS;
     uint4 v;
     float s;
@@ -185,19 +273,40 @@ struct chunk_i8 {
     }
 };
 
-/*
- * The 4-bit code table, at a fixed shared-memory address so that a lookup
- * is one load from [byte offset + constant]: the offsets of four codes come
- * out of one shift and mask of their word, and each is then one byte
- * permute (three instructions a weight before, shift, mask and address).
- */
+/* The 4-bit code table in fp32, for the prefill decoding: exactly the CPU's weights. */
 __shared__ float code_s[16];
 
-__device__ __forceinline__ float code_at(uint32_t offsets, int byte)
+/*
+ * The decode product's table: byte b of the weights -> its two codes as
+ * fp16 (high nibble in the low half: element 2j first, as x pairs lie),
+ * one lookup for two weights. A table of 256 words has 8 in each bank and
+ * a warp's random lookups would conflict (about 3.5 wavefronts), so each
+ * lane has its own copy in its own bank: [byte][lane], 32 KB, and a lookup
+ * is one wavefront.
+ */
+__shared__ uint32_t pair_s[256 * 32];
+
+__device__ void build_pairs(const float *code)
 {
-    return *reinterpret_cast<const float *>(reinterpret_cast<const char *>(code_s) +
-                                            __byte_perm(offsets, 0u, 0x4440u + byte));
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        const __half2 p = __floats2half2_rn(code[b >> 4], code[b & 15]);
+        const uint32_t u = *reinterpret_cast<const uint32_t *>(&p);
+        uint4 *row = reinterpret_cast<uint4 *>(pair_s + 32 * b);
+#pragma unroll
+        for (int i = 0; i < 8; i++) /* rotated: 8 threads' 16-byte stores on distinct banks */
+            row[(i + b) & 7] = make_uint4(u, u, u, u);
+    }
 }
+
+/* The pair for the byte at bits 7..14 of `bits`; lane4: 4 x the lane. */
+__device__ __forceinline__ __half2 pair_at(uint32_t bits, uint32_t lane4)
+{
+    return *reinterpret_cast<const __half2 *>(reinterpret_cast<const char *>(pair_s) + ((bits & 0x7f80u) | lane4));
+}
+
+struct alignas(16) half2x4 {
+    __half2 p[4];
+};
 
 /*
  * NF4/FP4: 32 weights (16 bytes, high nibble first) and their block's
@@ -205,9 +314,18 @@ __device__ __forceinline__ float code_at(uint32_t offsets, int byte)
  * from shared memory serves two weights: against one row and 4 or 8 chunks
  * a lane, +5% on the 8B shape (the 4-bit product is bound by its shared-
  * memory reads and their latency, not by DRAM).
+ *
+ * The products run on fp16 pairs: a byte's two codes (one lookup) times
+ * two input values (a 16-byte read gives 8) in one HFMA2. A half2 sums 8
+ * products a half at most (two words), then goes to fp32 for the rest of
+ * the row; the absmax and the input's scale apply in fp32. Per 32 weights
+ * and row: 16 table reads of one wavefront and 2 input reads of 4 (shared
+ * by the two rows), where fp32 took 32 lookups and 4 input reads.
  */
 struct chunk_4bit {
-    static constexpr int VEC = 32, PAD = 4, UNROLL = 4, ROWS = 2; /* a step of 2 x 2 KB: two 4096-column rows */
+    static constexpr int VEC = 32, PAD = 8, UNROLL = 4, ROWS = 2; /* a step of 2 x 2 KB: two 4096-column rows */
+    typedef __half X;
+    static constexpr size_t TABLE = sizeof pair_s;
     uint4 v;
     float am;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -216,28 +334,28 @@ struct chunk_4bit {
         v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(a.w) + first / 2));
         am = __ldg(a.scales + (first >> q.shift));
     }
-    __device__ __forceinline__ float dot(const float *xs) const
+    __device__ __forceinline__ float dot(const __half *xs) const
     {
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        const float4 *x4 = reinterpret_cast<const float4 *>(xs);
-        float d = 0.0f, e = 0.0f;
+        const uint32_t lane4 = (threadIdx.x & 31) * 4;
+        const half2x4 *x8 = reinterpret_cast<const half2x4 *>(xs);
+        float2 f[2];
 #pragma unroll
-        for (int k = 0; k < 4; k++) { /* byte j of word k: elements 8k + 2j (high nibble), 8k + 2j + 1 */
-            const uint32_t hi = (w[k] >> 2) & 0x3c3c3c3cu, lo = (w[k] << 2) & 0x3c3c3c3cu; /* 4 x code index */
-            const float4 x = x4[2 * k], y = x4[2 * k + 1];
-            d += code_at(hi, 0) * x.x;
-            e += code_at(lo, 0) * x.y;
-            d += code_at(hi, 1) * x.z;
-            e += code_at(lo, 1) * x.w;
-            d += code_at(hi, 2) * y.x;
-            e += code_at(lo, 2) * y.y;
-            d += code_at(hi, 3) * y.z;
-            e += code_at(lo, 3) * y.w;
+        for (int h = 0; h < 2; h++) {
+            __half2 s = __float2half2_rn(0.0f);
+#pragma unroll
+            for (int k = 2 * h; k < 2 * h + 2; k++) { /* byte j of word k: elements 8k + 2j, 8k + 2j + 1 */
+                const half2x4 x = x8[k];
+                s = __hfma2(pair_at(w[k] << 7, lane4), x.p[0], s);
+                s = __hfma2(pair_at(w[k] >> 1, lane4), x.p[1], s);
+                s = __hfma2(pair_at(w[k] >> 9, lane4), x.p[2], s);
+                s = __hfma2(pair_at(w[k] >> 17, lane4), x.p[3], s);
+            }
+            f[h] = __half22float2(s);
         }
-        d += e;
-        return d * am;
+        return ((f[0].x + f[0].y) + (f[1].x + f[1].y)) * am;
     }
-    /* The 32 weights, as k_dequant_row gives them (code * absmax). */
+    /* The 32 weights, as k_dequant_row gives them (code * absmax, fp32 codes). */
     __device__ __forceinline__ void decode(float *f) const
     {
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -251,7 +369,7 @@ struct chunk_4bit {
 };
 
 /* Any quantized type, one element at a time (shapes the 16-byte chunks do not fit). */
-template <k_dtype Q> struct chunk_q1 {
+template <k_dtype Q> struct chunk_q1 : x_f32 {
     static constexpr int VEC = 1, PAD = 0, UNROLL = GEMV_UNROLL, ROWS = GEMV_ROWS;
     float v; /* the decoded weight */
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -278,7 +396,9 @@ template <k_dtype Q> struct chunk_q1 {
 template <typename C, int IN, bool GLU>
 __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
-    extern __shared__ float xs[]; /* the input [cols (+ cols / VEC with PAD)] */
+    extern __shared__ float4 smem[];
+    typedef typename C::X X;
+    X *xs = reinterpret_cast<X *>(smem); /* the input [cols (+ PAD every VEC columns)] */
     constexpr int VEC = C::VEC, STRIDE = VEC + C::PAD, U = C::UNROLL;
     const qinfo qi = C::PAD && a.group > 0 ? make_qinfo(a) : qinfo{0, 0}; /* the 16-byte quantized chunks */
     /* GLU: each output pairs gate row j with up row half + j. */
@@ -313,13 +433,16 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     };
     if (total > 0)
         load(cur, 0, 0);
+    /* The 4-bit table reads the weights' code table, as the loads above read
+     * the weights; stage_input's barrier publishes it. */
+    if constexpr (C::TABLE > 0)
+        build_pairs(a.code);
     /* Launched as a programmatic dependent of the previous kernel: the
      * weight loads above overlap its tail; its outputs (our input) are
      * read only after this wait. */
     dependency_wait();
-    if (a.code && threadIdx.x < 16)
-        code_s[threadIdx.x] = a.code[threadIdx.x]; /* published by stage_input's barrier */
-    stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps); /* PAD is 4 where set */
+    /* The input, scaled where fp16: the sums are multiplied by xscale. */
+    const float xscale = stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps);
 
     float acc[R];
 #pragma unroll
@@ -332,17 +455,28 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
             load(nxt, ng, ns);
         else /* the last step: the next kernel may start loading its weights */
             dependents_may_launch();
-#pragma unroll
-        for (int r = 0; r < R; r++)
+        if (C::ROWS > 1) { /* rows inner, under one test: their dot products share the input reads */
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = step * per_step + 32 * u + lane;
                 if (c < chunks)
-                    acc[r] += cur[r][u].dot(xs + c * STRIDE);
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        acc[r] += cur[r][u].dot(xs + c * STRIDE);
             }
+        } else { /* (rows inner cost the int8 GLU product 16 registers) */
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int c = step * per_step + 32 * u + lane;
+                    if (c < chunks)
+                        acc[r] += cur[r][u].dot(xs + c * STRIDE);
+                }
+        }
         if (ns == 0 && GLU) { /* the output is done: silu(gate) * up */
             const int j = first + group * stride;
-            float g = warp_sum(acc[0]), u = warp_sum(acc[1]);
+            float g = warp_sum(acc[0]) * xscale, u = warp_sum(acc[1]) * xscale;
             acc[0] = acc[1] = 0.0f;
             if (lane == 0) {
                 if (a.bias) {
@@ -355,7 +489,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
             const int r0 = first + group * stride;
 #pragma unroll
             for (int r = 0; r < C::ROWS; r++) {
-                const float sum = warp_sum(acc[r]);
+                const float sum = warp_sum(acc[r]) * xscale;
                 acc[r] = 0.0f;
                 const int i = r0 + r;
                 if (lane == 0 && i < a.rows) {
@@ -378,7 +512,7 @@ template <typename C, int IN, bool GLU>
 static int run(launch_ctx *c, const gemv_args *a, size_t smem)
 {
     auto kern = k_gemv<C, IN, GLU>;
-    if (smem > 48 * 1024 &&
+    if (smem + C::TABLE > 48 * 1024 &&
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return launch_fail(c, "gemv: %zu bytes of shared memory for %d columns: %s", smem, a->cols,
                            cudaGetErrorString(cudaGetLastError()));
@@ -441,7 +575,7 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
         return launch_fail(c, "gemv: RMSNorm input without norm weights");
     if (a->glu_out && (a->rows % 2 || a->accumulate))
         return launch_fail(c, "gemv: a gated output needs an even row count and no accumulation");
-    /* The input, with 4 spare words every 16 columns at most (the code table is static). */
+    /* The input in fp32, with 4 spare words every 16 columns at most (tables are static). */
     const size_t smem = ((size_t)a->cols + a->cols / 16 * 4) * sizeof(float);
     const bool aligned = (uintptr_t)a->w % 16 == 0;
     switch (a->wt) {
@@ -455,8 +589,8 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
     case K_FP4:
         if (!quant_ok(a))
             return launch_fail(c, "gemv: 4-bit weights without absmax, code table or an even block");
-        if (chunks_fit(a))
-            return run_input<chunk_4bit>(c, a, smem);
+        if (chunks_fit(a)) /* the input in fp16, 16 spare bytes every 32 columns */
+            return run_input<chunk_4bit>(c, a, ((size_t)a->cols + a->cols / 32 * 8) * sizeof(__half));
         return run_input<chunk_q1<K_NF4>>(c, a, smem);
     default:
         break;
