@@ -58,6 +58,8 @@ int launch_rmsnorm(launch_ctx *c, void *y, k_dtype yt, const float *x, const flo
 
 /* y[t, j] += b[j] for t < n, j < cols. */
 int launch_bias_add(launch_ctx *c, float *y, const float *b, int n, int cols);
+/* y[0..n) = x[0..n) by a kernel; either may be mapped pinned host memory (no copy engine involved). */
+int launch_copy_f32(launch_ctx *c, float *y, const float *x, int n);
 
 /*
  * Everything between the q/k/v projection and attention, for n tokens at

@@ -8,6 +8,11 @@
  * checkpoints; for bf16/f16, at least 99% on the decode path and 98% on
  * the prefill path (97% with quantized weights), whose tensor-core
  * products round their inputs to the weight type. A whole 256-token batch must also end on the same logits.
+ * Logits of fp32 checkpoints agree within 1e-4 of their scale, or 6e-3
+ * with 4-bit weights: the GPU's 4-bit decode product multiplies in fp16
+ * (the codes and the input rounded to fp16, 8 products summed in fp16
+ * before fp32; measured 2.9e-3 on stories260K). A wrong nibble or absmax
+ * moves them by far more (KL 10-25 in test_quant_model's terms).
  * Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -120,9 +125,11 @@ static void parity(const char *name, const char *path, bool fp32, engine_quant q
     const double rate = total ? (double)agree / total : 0.0;
     printf("test_parity_cuda: %-26s decode  top-1 %d/%d (%.2f%%), largest logit difference %.2e of the scale\n", name,
            agree, total, 100.0 * rate, worst);
+    const bool four_bit = quant == ENGINE_QUANT_NF4 || quant == ENGINE_QUANT_NF4_DQ || quant == ENGINE_QUANT_FP4;
+    const double tol = four_bit ? 6e-3 : 1e-4;
     if (fp32) {
         CHECK_MSG(agree == total, "%s: fp32 top-1 differs at %d of %d positions", name, total - agree, total);
-        CHECK_MSG(worst < 1e-4, "%s: fp32 logits differ by %.2e", name, worst);
+        CHECK_MSG(worst < tol, "%s: fp32 logits differ by %.2e", name, worst);
     } else {
         CHECK_MSG(rate >= 0.99, "%s: top-1 agreement %.2f%% < 99%%", name, 100.0 * rate);
     }
@@ -135,7 +142,7 @@ static void parity(const char *name, const char *path, bool fp32, engine_quant q
     printf("test_parity_cuda: %-26s prefill top-1 %d/%d (%.2f%%), largest logit difference %.2e of the scale\n", name,
            agree, total, 100.0 * rate_b, worst);
     if (fp32)
-        CHECK_MSG(agree == total && worst < 1e-4, "%s: fp32 prefill path: %d of %d differ, logits %.2e", name,
+        CHECK_MSG(agree == total && worst < tol, "%s: fp32 prefill path: %d of %d differ, logits %.2e", name,
                   total - agree, total, worst);
     else /* quantized: the same rounding of the activations, on weights further from the dense ones */
         CHECK_MSG(rate_b >= (quant ? 0.97 : 0.98), "%s: prefill-path top-1 agreement %.2f%% < %d%%", name,
@@ -146,7 +153,7 @@ static void parity(const char *name, const char *path, bool fp32, engine_quant q
     const float *lb = NULL;
     CHECK(engine_session_eval(sg, seq, SEQ, &lb) == ENGINE_OK);
     double d = lb ? rel_diff(lb, last, vocab) : INFINITY;
-    CHECK_MSG(d < (fp32 ? 1e-4 : 3e-2), "%s: one batch vs 64 + token-by-token logits differ by %.2e", name, d);
+    CHECK_MSG(d < (fp32 ? tol : 3e-2), "%s: one batch vs 64 + token-by-token logits differ by %.2e", name, d);
     free(last);
     engine_session_free(sc);
     engine_session_free(sg);

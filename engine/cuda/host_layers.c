@@ -18,9 +18,10 @@ typedef struct host_job {
 struct host_layers {
     const engine_model *m;
     k_ctx kc;
-    float *x;      /* [dim] pinned: the residual while hosted layers run */
-    float *qkv;    /* [(nh + 2*nkv) * hd] pinned                          */
-    float *att;    /* [nh * hd] pinned                                    */
+    float *x;      /* [dim] pinned and mapped: the residual while hosted layers run */
+    float *qkv;    /* [(nh + 2*nkv) * hd] pinned and mapped               */
+    float *att;    /* [nh * hd] pinned and mapped                         */
+    float *dx, *dqkv, *datt; /* the same as the device addresses them     */
     float *xb;     /* [max(dim, nh * hd)]                                 */
     float *hb;     /* [ffn]                                               */
     float *hb2;    /* [ffn]                                               */
@@ -52,9 +53,12 @@ engine_status host_layers_create(const engine_session *s, host_layers **out, err
     h->kc.scratch = malloc((size_t)h->kc.n_threads * h->kc.scratch_per_thread * sizeof(float));
     h->xb = malloc((widest + 2 * (size_t)c->ffn_dim) * sizeof(float));
     h->jobs = malloc((size_t)c->n_layers * sizeof *h->jobs);
-    cudaError_t ce = cudaHostAlloc((void **)&h->x, ((size_t)c->dim + qkvd + qd) * sizeof(float), cudaHostAllocPortable);
+    cudaError_t ce = cudaHostAlloc((void **)&h->x, ((size_t)c->dim + qkvd + qd) * sizeof(float),
+                                   cudaHostAllocPortable | cudaHostAllocMapped);
     if (ce != cudaSuccess)
         h->x = NULL;
+    else
+        ce = cudaHostGetDevicePointer((void **)&h->dx, h->x, 0);
     if (!h->kc.scratch || !h->xb || !h->jobs || !h->x) {
         host_layers_free(h);
         return ce != cudaSuccess ? err_set(e, ENGINE_ERR_CUDA, "pinned buffers for hosted layers: %s",
@@ -63,6 +67,8 @@ engine_status host_layers_create(const engine_session *s, host_layers **out, err
     }
     h->qkv = h->x + c->dim;
     h->att = h->qkv + qkvd;
+    h->dqkv = h->dx + c->dim;
+    h->datt = h->dqkv + qkvd;
     h->hb = h->xb + widest;
     h->hb2 = h->hb + c->ffn_dim;
     for (int l = 0; l < c->n_layers; l++)
@@ -104,35 +110,32 @@ static void CUDART_CB run_after(void *p)
     h->seconds += now() - t0;
 }
 
-static int failed(launch_ctx *lc, cudaError_t ce)
+static int host_node(launch_ctx *lc, cudaHostFn_t fn, host_job *j)
 {
-    return launch_fail(lc, "hosted layer: %s", cudaGetErrorString(ce));
+    const cudaError_t ce = cudaLaunchHostFunc(lc->stream, fn, j);
+    return ce == cudaSuccess ? 0 : launch_fail(lc, "hosted layer: %s", cudaGetErrorString(ce));
 }
 
+/* The vectors cross by kernels on mapped memory: a copy would queue behind a streamed layer's upload. */
 int host_layer_before(host_layers *h, launch_ctx *lc, int l, const float *x, float *qkv, bool fetch_x)
 {
     const cfg_model *c = &h->m->cfg;
-    const size_t qkvd = ((size_t)c->n_heads + 2 * (size_t)c->n_kv_heads) * c->head_dim;
-    cudaError_t ce = fetch_x ? cudaMemcpyAsync(h->x, x, (size_t)c->dim * sizeof(float), cudaMemcpyDeviceToHost,
-                                               lc->stream)
-                             : cudaSuccess;
-    if (ce == cudaSuccess)
-        ce = cudaLaunchHostFunc(lc->stream, run_before, &h->jobs[l]);
-    if (ce == cudaSuccess)
-        ce = cudaMemcpyAsync(qkv, h->qkv, qkvd * sizeof(float), cudaMemcpyHostToDevice, lc->stream);
-    return ce == cudaSuccess ? 0 : failed(lc, ce);
+    const int qkvd = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    if (fetch_x && launch_copy_f32(lc, h->dx, x, c->dim))
+        return -1;
+    if (host_node(lc, run_before, &h->jobs[l]))
+        return -1;
+    return launch_copy_f32(lc, qkv, h->dqkv, qkvd);
 }
 
 int host_layer_after(host_layers *h, launch_ctx *lc, int l, const float *att, float *x, bool put_x)
 {
     const cfg_model *c = &h->m->cfg;
-    const size_t qd = (size_t)c->n_heads * c->head_dim;
-    cudaError_t ce = cudaMemcpyAsync(h->att, att, qd * sizeof(float), cudaMemcpyDeviceToHost, lc->stream);
-    if (ce == cudaSuccess)
-        ce = cudaLaunchHostFunc(lc->stream, run_after, &h->jobs[l]);
-    if (ce == cudaSuccess && put_x)
-        ce = cudaMemcpyAsync(x, h->x, (size_t)c->dim * sizeof(float), cudaMemcpyHostToDevice, lc->stream);
-    return ce == cudaSuccess ? 0 : failed(lc, ce);
+    if (launch_copy_f32(lc, h->datt, att, c->n_heads * c->head_dim))
+        return -1;
+    if (host_node(lc, run_after, &h->jobs[l]))
+        return -1;
+    return put_x ? launch_copy_f32(lc, x, h->dx, c->dim) : 0;
 }
 
 double host_layers_take_seconds(host_layers *h)
