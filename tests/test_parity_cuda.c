@@ -11,8 +11,10 @@
  * Logits of fp32 checkpoints agree within 1e-4 of their scale, or 6e-3
  * with 4-bit weights: the GPU's 4-bit decode product multiplies in fp16
  * (the codes and the input rounded to fp16, 8 products summed in fp16
- * before fp32; measured 2.9e-3 on stories260K). A wrong nibble or absmax
- * moves them by far more (KL 10-25 in test_quant_model's terms).
+ * before fp32; measured 2.9e-3 on stories260K), which can also flip a
+ * near tie (1 of 256 positions with fp4): 99% top-1 there, as for bf16.
+ * A wrong nibble or absmax moves them by far more (KL 10-25 in
+ * test_quant_model's terms).
  * Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -128,7 +130,8 @@ static void parity(const char *name, const char *path, bool fp32, engine_quant q
     const bool four_bit = quant == ENGINE_QUANT_NF4 || quant == ENGINE_QUANT_NF4_DQ || quant == ENGINE_QUANT_FP4;
     const double tol = four_bit ? 6e-3 : 1e-4;
     if (fp32) {
-        CHECK_MSG(agree == total, "%s: fp32 top-1 differs at %d of %d positions", name, total - agree, total);
+        CHECK_MSG(four_bit ? rate >= 0.99 : agree == total, "%s: fp32 top-1 differs at %d of %d positions", name,
+                  total - agree, total);
         CHECK_MSG(worst < tol, "%s: fp32 logits differ by %.2e", name, worst);
     } else {
         CHECK_MSG(rate >= 0.99, "%s: top-1 agreement %.2f%% < 99%%", name, 100.0 * rate);
@@ -142,7 +145,8 @@ static void parity(const char *name, const char *path, bool fp32, engine_quant q
     printf("test_parity_cuda: %-26s prefill top-1 %d/%d (%.2f%%), largest logit difference %.2e of the scale\n", name,
            agree, total, 100.0 * rate_b, worst);
     if (fp32)
-        CHECK_MSG(agree == total && worst < tol, "%s: fp32 prefill path: %d of %d differ, logits %.2e", name,
+        CHECK_MSG((four_bit ? rate_b >= 0.99 : agree == total) && worst < tol,
+                  "%s: fp32 prefill path: %d of %d differ, logits %.2e", name,
                   total - agree, total, worst);
     else /* quantized: the same rounding of the activations, on weights further from the dense ones */
         CHECK_MSG(rate_b >= (quant ? 0.97 : 0.98), "%s: prefill-path top-1 agreement %.2f%% < %d%%", name,

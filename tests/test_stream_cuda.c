@@ -17,9 +17,12 @@
  * every layer, then one, placed on the host. Prompt logits must be the
  * streamed run's exactly (the same GPU pass); decoded ids must equal the
  * resident run's and the logits after a continuation agree within 1e-4
- * relative (the CPU's products round differently from the GPU's; 6e-3
- * with 4-bit weights, whose GPU decode product multiplies in fp16, see
- * test_parity_cuda). Skips (77) without a GPU.
+ * relative (the CPU's products round differently from the GPU's). With
+ * 4-bit weights the GPU's decode product multiplies in fp16 and 24 free-
+ * running greedy tokens may part at a near tie (seen on stories260K), so
+ * there only the prompt logits are compared; the CPU's 4-bit product is
+ * held to the GPU's teacher-forced in test_parity_cuda, and the hosted
+ * path itself is the same for every format. Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -245,11 +248,12 @@ static void check_model(const char *path, engine_quant q)
     compare(path, what, &res, &all, 1e-5, 1e-5);
     snprintf(what, sizeof what, "%s/some", qn);
     compare(path, what, &res, &half, 1e-5, 1e-5);
-    const double tol = q == ENGINE_QUANT_NF4 ? 6e-3 : 1e-4;
-    snprintf(what, sizeof what, "%s/hosted", qn);
-    compare(path, what, &res, &hosted, 1e-5, tol);
-    snprintf(what, sizeof what, "%s/one-host", qn);
-    compare(path, what, &res, &one, 1e-5, tol);
+    if (q != ENGINE_QUANT_NF4) {
+        snprintf(what, sizeof what, "%s/hosted", qn);
+        compare(path, what, &res, &hosted, 1e-5, 1e-4);
+        snprintf(what, sizeof what, "%s/one-host", qn);
+        compare(path, what, &res, &one, 1e-5, 1e-4);
+    }
     if (all.ok && hosted.ok) /* the prompt pass is the same GPU pass */
         CHECK_MSG(rel_diff(hosted.prefill, all.prefill, all.vocab) == 0.0, "%s %s: prompt logits not bitwise equal "
                   "to the streamed run's", path, qn);
