@@ -249,6 +249,7 @@ typedef struct plan_in {
     bool tied;
     uint64_t emb;          /* the embedding table when untied, else 0 (the head holds it) */
     uint64_t head;         /* lm_head (or the tied table) and out_norm                    */
+    uint64_t head_norm;    /* of which out_norm, resident even when the head streams      */
     uint64_t emb_row;      /* one token's embedding row                                   */
     uint64_t kv, act;      /* act: the activation region and the workspace, separately rounded */
     uint64_t context, budget;
@@ -309,8 +310,9 @@ static void evaluate(const plan_in *in, plan_state *s)
         s->resident += in->emb;
     }
     if (s->head_streamed) {
-        s->streamed += in->head;
-        s->moved += in->head;
+        s->streamed += in->head - in->head_norm;
+        s->moved += in->head - in->head_norm;
+        s->resident += in->head_norm;
         if (slot == 0) /* no layers: the head streams through buffers of its own size */
             slot = in->head;
     } else {
@@ -356,6 +358,8 @@ static void decide(const plan_in *in, plan_state *chosen, plan_state *first, pla
     evaluate(in, &s);
     *first = s; /* all resident, whatever the minimum streamed */
     s.k = in->min_streamed < in->n_layers ? in->min_streamed : in->n_layers;
+    if (in->min_streamed > in->n_layers) /* more than there are: everything streams, the head too */
+        s.emb_host = s.head_streamed = true;
     evaluate(in, &s);
     *chosen = s;
     bool found = s.fits;
@@ -398,6 +402,7 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->tied = m->lm_head.data == m->tok_emb.data;
     in->emb = in->tied ? 0 : w->emb;
     in->head = in->tied ? w->head + w->emb : w->head;
+    in->head_norm = round_up((uint64_t)c->dim * sizeof(float), PLAN_ALIGN);
     in->emb_row = (uint64_t)c->dim * k_dtype_size(wt);
     uint64_t act;
     plan_session_bytes(c, wt, n_ctx, w->deq_elems, &in->kv, &act);
@@ -607,7 +612,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
                                                                                   m->tok_emb.dtype),
                                              in.head, chosen.head_streamed ? ENGINE_PLACE_STREAMED
                                                                            : ENGINE_PLACE_RESIDENT,
-                                             0, chosen.head_streamed ? in.head : 0};
+                                             0, chosen.head_streamed ? in.head - in.head_norm : 0};
     uint64_t slot_each = last.slots / 2;
 
     /* When refused: the longest context whose minimum fits (the minimum grows with n_ctx). */

@@ -112,7 +112,8 @@ typedef struct engine_model_params {
      * session may be refused as over the budget. */
     int n_ctx;
     /* CUDA: stream at least this many layers from host memory even where
-     * they would fit (spread evenly, as the planner does); 0 = only what the
+     * they would fit (spread evenly, as the planner does; more than the
+     * model has: the output head and the embeddings too); 0 = only what the
      * budget needs. For tests and measurements. */
     int min_layers_streamed;
     /* CUDA: how many of the streamed layers the CPU computes for each
@@ -438,7 +439,8 @@ typedef struct engine_plan_params {
     double hbm_gbps;             /* 0 = ENGINE_PLAN_HBM_GBPS                                         */
     double pcie_gbps;            /* 0 = ENGINE_PLAN_PCIE_GBPS                                        */
     int min_layers_streamed;     /* stream at least this many layers even where more would fit
-                                    (as engine_model_params.min_layers_streamed); 0 = as needed     */
+                                    (as engine_model_params.min_layers_streamed; more than the model
+                                    has: the output head and the embeddings too); 0 = as needed     */
     int host_layers;             /* streamed layers the CPU computes for decode (ENGINE_PLACE_HOST,
                                     spread evenly among the streamed): 0 = none (default); -1 = as
                                     many as make decode fastest at host_gbps, the CPU's work

@@ -305,6 +305,28 @@ static void test_hosted_8b(void)
     synth_free(m);
 }
 
+/* Asking for more streamed layers than there are streams everything: the head (in slot-sized blocks) and the embeddings. */
+static void test_forced_head(void)
+{
+    engine_model *m = synth(&LLAMA_8B);
+    engine_plan_params pp = engine_plan_default_params();
+    pp.vram_budget = 80 * GiB, pp.n_ctx = 4096, pp.min_layers_streamed = 33;
+    engine_plan *p = NULL;
+    CHECK(engine_plan_create(m, &pp, &p, NULL, 0) == ENGINE_OK && p);
+    const engine_plan_totals *t = engine_plan_get_totals(p);
+    const uint64_t L = layer_bytes(&LLAMA_8B, ENGINE_QUANT_NONE), M = L - 2 * 4096 * 4;
+    const uint64_t head = 128256ull * 4096 * 2, norm = 4096 * 4;
+    CHECK(t->n_layers_streamed == 32 && engine_plan_entry_at(p, 0)->placement == ENGINE_PLACE_STREAMED);
+    const engine_plan_entry *out = engine_plan_entry_at(p, 33);
+    CHECK_MSG(out->placement == ENGINE_PLACE_STREAMED && out->bytes_per_token == head, "head moves %llu",
+              (unsigned long long)out->bytes_per_token);
+    /* Resident: each layer's norms and the final norm; the slots hold the largest layer, the head goes through them. */
+    CHECK_MSG(t->weights_resident == 32 * (L - M) + norm, "resident %llu", (unsigned long long)t->weights_resident);
+    CHECK(t->stream_buffers == 2 * M && t->streamed_per_token == 32 * M + head + 4096 * 2);
+    engine_plan_free(p);
+    synth_free(m);
+}
+
 /* Shrinking budgets: never less streamed, never faster, refusal only at the end, budget never exceeded. */
 static void test_monotonic(const shape *s, uint64_t top, uint64_t step, int n_ctx)
 {
@@ -494,6 +516,7 @@ int main(void)
     test_sizes_8b();
     test_streaming_8b();
     test_hosted_8b();
+    test_forced_head();
     test_monotonic(&LLAMA_8B, 20 * GiB, 64 * MiB, 4096);
     test_monotonic(&LLAMA_1B, 4 * GiB, 16 * MiB, 8192);
     test_monotonic(&SMALL, 1 * GiB, 2 * MiB, 2048);

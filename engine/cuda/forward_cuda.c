@@ -92,7 +92,18 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed)
     gemv_args g = {.y = cs->logits, .rows = c->vocab_size, .cols = c->dim, .in = GEMV_IN_RMSNORM,
                    .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm, .eps = (float)c->rms_eps};
     set_mat(&g, &cs->cm->lm_head);
-    TRY(launch_gemv(lc, &g));
+    if (stream_head_blocks(cs) == 0)
+        TRY(launch_gemv(lc, &g));
+    for (int b = 0; b < stream_head_blocks(cs); b++) { /* a streamed head: block by block through the slots */
+        int r0 = 0, rows = 0;
+        void *w = NULL;
+        TRY(stream_head_block(cs, b, &w, &r0, &rows));
+        g.w = w;
+        g.y = cs->logits + r0;
+        g.rows = rows;
+        TRY(launch_gemv(lc, &g));
+        TRY(stream_head_done(cs, b));
+    }
     const argmax_feed f = {cs->step + STEP_TOKEN, cs->step + STEP_POS, cs->step + STEP_RING};
     return launch_argmax(lc, cs->step + STEP_ARGMAX, cs->logits, c->vocab_size, cs->argmax_scratch,
                          feed ? &f : NULL);

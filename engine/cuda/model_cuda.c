@@ -333,12 +333,14 @@ static engine_status put_layer_mats(cuda_model *cm, const engine_model *m, int l
     return st;
 }
 
-void cuda_layer_mats(const cuda_model *cm, const engine_model *m, int l, char *base, cuda_layer *D)
+uint64_t cuda_layer_mats(const cuda_model *cm, const engine_model *m, int l, char *base, cuda_layer *D)
 {
     cuda_model scratch = *cm; /* put_mat only raises deq_elems, already at its maximum */
     sink none = {NULL, NULL};
     uint64_t off = 0;
-    put_layer_mats(&scratch, m, l, D, base, &off, &none, NULL);
+    cuda_layer unused;
+    put_layer_mats(&scratch, m, l, D ? D : &unused, base, &off, &none, NULL);
+    return off;
 }
 
 /*
@@ -396,7 +398,9 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
     else
         PUT(cm->tok_emb, &m->tok_emb, wt);
     PAD();
-    if (m->lm_head.data == m->tok_emb.data) {
+    if (sm && sm->head_blocks > 0) {
+        cm->lm_head = (cuda_mat){.w = NULL, .t = wt}; /* streamed: its row blocks are recorded below */
+    } else if (m->lm_head.data == m->tok_emb.data) {
         cm->lm_head = (cuda_mat){.w = cm->tok_emb, .t = wt};
     } else if (!st) {
         const k_weight *head[] = {&m->lm_head};
@@ -439,6 +443,18 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         if (L->b_down.data)
             PUT(D->b_down, &L->b_down, K_F32);
         PAD();
+    }
+    /* A streamed head: row blocks of a slot's size, each recorded as a unit after the layers. */
+    for (int b = 0; sm && b < sm->head_blocks && !st; b++) {
+        const int r0 = b * sm->head_rows;
+        const int nr = c->vocab_size - r0 < sm->head_rows ? c->vocab_size - r0 : sm->head_rows;
+        k_weight part = m->lm_head;
+        part.data = (const char *)m->lm_head.data + (size_t)r0 * c->dim * k_dtype_size(m->lm_head.dtype);
+        part.rows = nr;
+        sink to_slot = {NULL, rec};
+        if (rec)
+            rec->layer = sm->n + b;
+        st = sink_tensor(&to_slot, NULL, 0, wt, &part, e);
     }
 #undef PUT
 #undef PUT_STACK
@@ -519,10 +535,11 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
         }
     }
     const size_t n = engine_plan_n_entries(cm->plan);
-    if (engine_plan_entry_at(cm->plan, n - 1)->placement == ENGINE_PLACE_STREAMED)
+    if (engine_plan_entry_at(cm->plan, n - 1)->placement == ENGINE_PLACE_STREAMED &&
+        k_dtype_is_quant(m->lm_head.dtype))
         return err_set(e, ENGINE_ERR_UNSUPPORTED,
-                       "%s; streaming the output head is not implemented on CUDA yet (a larger budget, a shorter "
-                       "--ctx or a quantized format keeps it resident)", engine_plan_summary(cm->plan));
+                       "%s; streaming a quantized output head is not implemented on CUDA (a larger budget or a "
+                       "shorter --ctx keeps it resident)", engine_plan_summary(cm->plan));
     return ENGINE_OK;
 }
 

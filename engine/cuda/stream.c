@@ -77,21 +77,41 @@ engine_status stream_model_open(cuda_model *cm, const engine_model *m, const eng
     const int L = m->cfg.n_layers;
     const int n = engine_plan_get_totals(plan)->n_layers_streamed;
     const bool emb_host = engine_plan_entry_at(plan, 0)->placement == ENGINE_PLACE_STREAMED;
+    const bool head = engine_plan_entry_at(plan, (size_t)L + 1)->placement == ENGINE_PLACE_STREAMED;
     cm->sm = NULL;
-    if (n == 0 && !emb_host)
+    if (n == 0 && !emb_host && !head)
         return ENGINE_OK;
     stream_model *sm = calloc(1, sizeof *sm);
     if (!sm)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     cm->sm = sm;
     sm->n = n;
-    sm->n_slots = n > 0 ? 2 : 0; /* as the planner counts them */
+    /* The slots hold the largest streamed layer; a streamed head goes through them in row blocks
+     * (the planner streams the head only once every layer streams). */
+    for (int l = 0; l < L; l++)
+        if (engine_plan_entry_at(plan, 1 + (size_t)l)->placement != ENGINE_PLACE_RESIDENT) {
+            const uint64_t b = cuda_layer_mats(cm, m, l, NULL, NULL);
+            if (b > sm->slot_bytes)
+                sm->slot_bytes = b;
+        }
+    if (head) {
+        const uint64_t row = (uint64_t)m->cfg.dim * k_dtype_size(cm->wt), vocab = (uint64_t)m->cfg.vocab_size;
+        if (sm->slot_bytes < row)
+            sm->slot_bytes = row * vocab;
+        const uint64_t rows = sm->slot_bytes / row < vocab ? sm->slot_bytes / row : vocab;
+        sm->head_rows = (int)rows;
+        sm->head_total = m->cfg.vocab_size;
+        sm->head_blocks = (int)((vocab + rows - 1) / rows);
+    }
+    sm->n_units = n + sm->head_blocks;
+    sm->n_slots = sm->n_units > 0 ? 2 : 0; /* as the planner counts them */
     sm->emb_host = emb_host;
+    const size_t units = (size_t)sm->n_units;
     sm->index = malloc((size_t)L * sizeof *sm->index);
-    sm->layer_of = calloc((size_t)n + 1, sizeof *sm->layer_of);
-    sm->hosted = calloc((size_t)n + 1, sizeof *sm->hosted);
-    sm->bytes = calloc((size_t)n + 1, sizeof *sm->bytes);
-    sm->first = calloc((size_t)n + 2, sizeof *sm->first);
+    sm->layer_of = malloc((units + 1) * sizeof *sm->layer_of);
+    sm->hosted = calloc(units + 1, sizeof *sm->hosted);
+    sm->bytes = calloc(units + 1, sizeof *sm->bytes);
+    sm->first = calloc(units + 2, sizeof *sm->first);
     sm->reg = calloc((size_t)st_n_files(m->weights) + 1, sizeof *sm->reg);
     if (!sm->index || !sm->layer_of || !sm->hosted || !sm->bytes || !sm->first || !sm->reg)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
@@ -104,6 +124,8 @@ engine_status stream_model_open(cuda_model *cm, const engine_model *m, const eng
         sm->n_hosted += sm->hosted[i];
         sm->layer_of[i++] = l;
     }
+    for (int i = n; i < sm->n_units; i++)
+        sm->layer_of[i] = -1;
     /* Pin the mappings so the copy engine reads the file's pages directly
      * (53.9 GB/s on an H100, HARDWARE.md). Where that fails (no read-only
      * registration on this driver), the tensors go through the host image. */
@@ -199,7 +221,7 @@ engine_status stream_session_create(cuda_session *cs, const engine_session *s, e
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     memcpy(cs->layers, cm->layers, (size_t)L * sizeof *cs->layers);
     const stream_model *sm = cm->sm;
-    if (!sm || sm->n == 0)
+    if (!sm || sm->n_units == 0)
         return ENGINE_OK;
     stream_session *ss = calloc(1, sizeof *ss);
     if (!ss)
@@ -213,11 +235,11 @@ engine_status stream_session_create(cuda_session *cs, const engine_session *s, e
     if (st)
         return st;
     for (int k = 0; k < 2; k++) {
-        ss->order[k] = malloc((size_t)sm->n * sizeof *ss->order[k]);
-        ss->at[k] = malloc((size_t)sm->n * sizeof *ss->at[k]);
+        ss->order[k] = malloc((size_t)sm->n_units * sizeof *ss->order[k]);
+        ss->at[k] = malloc((size_t)sm->n_units * sizeof *ss->at[k]);
         if (!ss->order[k] || !ss->at[k])
             return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
-        for (int i = 0; i < sm->n; i++) {
+        for (int i = 0; i < sm->n_units; i++) {
             ss->at[k][i] = k == 1 && sm->hosted[i] ? -1 : ss->n_order[k];
             if (ss->at[k][i] >= 0)
                 ss->order[k][ss->n_order[k]++] = i;
@@ -236,13 +258,13 @@ engine_status stream_session_create(cuda_session *cs, const engine_session *s, e
     if (ce == cudaSuccess)
         ce = cudaEventCreate(&ss->t1);
     if (ce == cudaSuccess)
-        ce = make_events(&ss->copied, sm->n, sync);
+        ce = make_events(&ss->copied, sm->n_units, sync);
     if (ce == cudaSuccess)
-        ce = make_events(&ss->freed, sm->n, sync);
+        ce = make_events(&ss->freed, sm->n_units, sync);
     if (ce == cudaSuccess)
-        ce = make_events(&ss->cb, sm->n, cudaEventDefault);
+        ce = make_events(&ss->cb, sm->n_units, cudaEventDefault);
     if (ce == cudaSuccess)
-        ce = make_events(&ss->ce, sm->n, cudaEventDefault);
+        ce = make_events(&ss->ce, sm->n_units, cudaEventDefault);
     if (ce == cudaSuccess)
         ce = make_events(&ss->lb, L, cudaEventDefault);
     if (ce == cudaSuccess)
@@ -259,7 +281,7 @@ void stream_session_free(cuda_session *cs)
     cs->layers = NULL;
     if (!ss)
         return;
-    const int n = ss->sm->n;
+    const int n = ss->sm->n_units;
     if (ss->copy) {
         cudaStreamSynchronize(ss->copy);
         cudaStreamDestroy(ss->copy);
@@ -300,10 +322,12 @@ static void set_kind(cuda_session *cs, const engine_session *s, int kind)
     if (ss->kind == kind)
         return;
     ss->kind = kind;
-    for (int j = 0; j < ss->n_order[kind]; j++)
-        cuda_layer_mats(cs->cm, s->model, ss->sm->layer_of[ss->order[kind][j]],
-                        ss->slots + (uint64_t)(j % ss->sm->n_slots) * ss->stride,
-                        &cs->layers[ss->sm->layer_of[ss->order[kind][j]]]);
+    for (int j = 0; j < ss->n_order[kind]; j++) {
+        const int l = ss->sm->layer_of[ss->order[kind][j]];
+        if (l >= 0) /* head blocks find their slot as they run (stream_head_block) */
+            cuda_layer_mats(cs->cm, s->model, l, ss->slots + (uint64_t)(j % ss->sm->n_slots) * ss->stride,
+                            &cs->layers[l]);
+    }
 }
 
 /* Queue the copies of the pass's j-th streamed layer into its slot, once the layer before it there is done. */
@@ -363,11 +387,47 @@ int stream_begin(cuda_session *cs, const engine_session *s, int tokens, bool tim
     return 0;
 }
 
-/* Layer l's position in the pass's copies, or -1 (resident, or hosted in decode). */
-static int pass_pos(const stream_session *ss, int l)
+/* The compute stream waits for unit i's copy, when this pass copies it. */
+static int wait_unit(cuda_session *cs, int i)
 {
-    const int i = ss->sm->index[l];
-    return i >= 0 ? ss->at[ss->kind][i] : -1;
+    stream_session *ss = cs->ss;
+    const cudaError_t ce = i >= 0 && ss->at[ss->kind][i] >= 0 ? cudaStreamWaitEvent(cs->lc.stream, ss->copied[i], 0)
+                                                               : cudaSuccess;
+    return ce == cudaSuccess ? 0 : failed(cs, ce);
+}
+
+/* Unit i is done with its slot: the copy two positions on may start. */
+static int free_unit(cuda_session *cs, int i)
+{
+    stream_session *ss = cs->ss;
+    const int j = i >= 0 ? ss->at[ss->kind][i] : -1;
+    if (j < 0)
+        return 0;
+    const cudaError_t ce = cudaEventRecord(ss->freed[i], cs->lc.stream);
+    if (ce != cudaSuccess)
+        return failed(cs, ce);
+    return j + ss->sm->n_slots < ss->n_order[ss->kind] ? copy_layer(cs, j + ss->sm->n_slots) : 0;
+}
+
+int stream_head_blocks(const cuda_session *cs)
+{
+    return cs->ss ? cs->ss->sm->head_blocks : 0;
+}
+
+int stream_head_block(cuda_session *cs, int b, void **w, int *r0, int *rows)
+{
+    stream_session *ss = cs->ss;
+    const stream_model *sm = ss->sm;
+    const int u = sm->n + b, j = ss->at[ss->kind][u];
+    *w = ss->slots + (uint64_t)(j % sm->n_slots) * ss->stride;
+    *r0 = b * sm->head_rows;
+    *rows = sm->head_total - *r0 < sm->head_rows ? sm->head_total - *r0 : sm->head_rows;
+    return wait_unit(cs, u);
+}
+
+int stream_head_done(cuda_session *cs, int b)
+{
+    return free_unit(cs, cs->ss->sm->n + b);
 }
 
 int stream_before_layer(cuda_session *cs, int l)
@@ -375,10 +435,9 @@ int stream_before_layer(cuda_session *cs, int l)
     stream_session *ss = cs->ss;
     if (!ss)
         return 0;
-    const int i = ss->sm->index[l];
-    cudaError_t ce = pass_pos(ss, l) >= 0 ? cudaStreamWaitEvent(cs->lc.stream, ss->copied[i], 0) : cudaSuccess;
-    if (ce == cudaSuccess && ss->timing)
-        ce = cudaEventRecord(ss->lb[l], cs->lc.stream);
+    if (wait_unit(cs, ss->sm->index[l]))
+        return -1;
+    const cudaError_t ce = ss->timing ? cudaEventRecord(ss->lb[l], cs->lc.stream) : cudaSuccess;
     return ce == cudaSuccess ? 0 : failed(cs, ce);
 }
 
@@ -387,13 +446,10 @@ int stream_after_layer(cuda_session *cs, int l)
     stream_session *ss = cs->ss;
     if (!ss)
         return 0;
-    const int i = ss->sm->index[l], j = pass_pos(ss, l);
-    cudaError_t ce = ss->timing ? cudaEventRecord(ss->le[l], cs->lc.stream) : cudaSuccess;
-    if (ce == cudaSuccess && j >= 0)
-        ce = cudaEventRecord(ss->freed[i], cs->lc.stream);
+    const cudaError_t ce = ss->timing ? cudaEventRecord(ss->le[l], cs->lc.stream) : cudaSuccess;
     if (ce != cudaSuccess)
         return failed(cs, ce);
-    return j >= 0 && j + ss->sm->n_slots < ss->n_order[ss->kind] ? copy_layer(cs, j + ss->sm->n_slots) : 0;
+    return free_unit(cs, ss->sm->index[l]);
 }
 
 int stream_end(cuda_session *cs)
@@ -430,10 +486,10 @@ void stream_collect(cuda_session *cs, int tokens, stream_times *t)
     }
     const stream_model *sm = ss->sm;
     const int L = ss->n_layers;
-    double *cb = malloc((2 * (size_t)sm->n + 2 * (size_t)L + 1) * sizeof *cb);
+    double *cb = malloc((2 * (size_t)sm->n_units + 2 * (size_t)L + 1) * sizeof *cb);
     if (!cb)
         return;
-    double *cend = cb + sm->n, *lb = cend + sm->n, *le = lb + L;
+    double *cend = cb + sm->n_units, *lb = cend + sm->n_units, *le = lb + L;
     double copy = 0, compute = 0, overlap = 0;
     const int n = ss->n_order[ss->timed_kind], *order = ss->order[ss->timed_kind];
     for (int j = 0; j < n; j++) {
@@ -483,7 +539,7 @@ engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offloa
     r->n_layers_host = sm->n_hosted;
     r->embeddings_on_host = sm->emb_host;
     r->host_pinned = sm->pinned;
-    for (int i = 0; i < sm->n; i++)
+    for (int i = 0; i < sm->n_units; i++)
         r->bytes_per_token += sm->hosted[i] ? 0 : sm->bytes[i]; /* what a decoded token copies */
     if (sm->emb_host)
         r->bytes_per_token += (uint64_t)s->model->cfg.dim * k_dtype_size(cm->wt);

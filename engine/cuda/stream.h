@@ -48,15 +48,20 @@ typedef struct stream_range {
 
 typedef struct stream_model {
     int n;                /* layers streamed                                    */
+    int n_units;          /* what streams through the slots: the n layers, then
+                             head_blocks row blocks of the output head          */
+    int head_blocks;      /* 0: the head is resident                            */
+    int head_rows;        /* rows of the head a block (the last may have fewer) */
+    int head_total;       /* rows of the head                                   */
     int n_slots;          /* device slots a session cycles them through         */
     int *index;           /* [n_layers]: position among the streamed, or -1     */
-    int *layer_of;        /* [n]: the layer                                     */
-    bool *hosted;         /* [n]: computed on the host for decode               */
+    int *layer_of;        /* [n_units]: the layer, -1 for a head block          */
+    bool *hosted;         /* [n_units]: computed on the host for decode         */
     int n_hosted;
     uint64_t slot_bytes;  /* the largest streamed layer's matrices, padded      */
-    uint64_t *bytes;      /* [n] bytes copied for each                          */
-    stream_copy *copies;  /* every copy, layer by layer                         */
-    int *first;           /* [n + 1] layer i's copies: copies[first[i] .. first[i+1]) */
+    uint64_t *bytes;      /* [n_units] bytes copied for each                    */
+    stream_copy *copies;  /* every copy, unit by unit                           */
+    int *first;           /* [n_units + 1] unit i's copies: copies[first[i] .. first[i+1]) */
     int n_copies, cap_copies;
     stream_range *reg;    /* file mappings pinned with cudaHostRegister          */
     int n_reg;
@@ -83,8 +88,9 @@ bool stream_add_copy(stream_model *sm, int i, uint64_t dst, const void *src, uin
 /* A device pointer to the embedding table in host memory (mapped). */
 engine_status stream_emb_pointer(stream_model *sm, const k_weight *emb, void **dev, err_buf *e);
 
-/* model_cuda.c: lay out layer l's four matrices at base (a slot) into D, as for upload. */
-void cuda_layer_mats(const cuda_model *cm, const engine_model *m, int l, char *base, cuda_layer *D);
+/* model_cuda.c: lay out layer l's four matrices at base (a slot) into D (may be NULL), as for
+ * upload; returns their bytes, padded. */
+uint64_t cuda_layer_mats(const cuda_model *cm, const engine_model *m, int l, char *base, cuda_layer *D);
 
 /* ---- session side ---- */
 
@@ -116,6 +122,17 @@ int stream_end(cuda_session *cs);
 
 /* Whether layer l is computed on the host in a decode pass. */
 bool stream_hosted(const cuda_session *cs, int l);
+
+/*
+ * A streamed output head, block by block: the rows [*r0, *r0 + *rows) of
+ * block b are in the slot *w once stream_head_block() returns (it orders
+ * the compute stream after their copy); stream_head_done() frees the slot
+ * after the block's product. stream_head_blocks() is 0 when the head is
+ * resident.
+ */
+int stream_head_blocks(const cuda_session *cs);
+int stream_head_block(cuda_session *cs, int b, void **w, int *r0, int *rows);
+int stream_head_done(cuda_session *cs, int b);
 
 /* After a timed pass has completed: add its figures to t. */
 void stream_collect(cuda_session *cs, int tokens, stream_times *t);
