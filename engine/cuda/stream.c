@@ -330,8 +330,8 @@ static void set_kind(cuda_session *cs, const engine_session *s, int kind)
     }
 }
 
-/* Queue the copies of the pass's j-th streamed layer into its slot, once the layer before it there is done. */
-static int copy_layer(cuda_session *cs, int j)
+/* Queue the copies of the pass's j-th unit (a layer or a head block) into its slot, once the unit before it there is done. */
+static int copy_unit(cuda_session *cs, int j)
 {
     stream_session *ss = cs->ss;
     const stream_model *sm = ss->sm;
@@ -382,7 +382,7 @@ int stream_begin(cuda_session *cs, const engine_session *s, int tokens, bool tim
     if (ce != cudaSuccess)
         return failed(cs, ce);
     for (int j = 0; j < ss->n_order[ss->kind] && j < ss->sm->n_slots; j++)
-        if (copy_layer(cs, j))
+        if (copy_unit(cs, j))
             return -1;
     return 0;
 }
@@ -406,7 +406,7 @@ static int free_unit(cuda_session *cs, int i)
     const cudaError_t ce = cudaEventRecord(ss->freed[i], cs->lc.stream);
     if (ce != cudaSuccess)
         return failed(cs, ce);
-    return j + ss->sm->n_slots < ss->n_order[ss->kind] ? copy_layer(cs, j + ss->sm->n_slots) : 0;
+    return j + ss->sm->n_slots < ss->n_order[ss->kind] ? copy_unit(cs, j + ss->sm->n_slots) : 0;
 }
 
 int stream_head_blocks(const cuda_session *cs)
