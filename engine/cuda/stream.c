@@ -330,7 +330,8 @@ static void set_kind(cuda_session *cs, const engine_session *s, int kind)
     }
 }
 
-/* Queue the copies of the pass's j-th unit (a layer or a head block) into its slot, once the unit before it there is done. */
+/* Queue the copies of the pass's j-th unit (a layer or a head block) into its slot, once the unit
+ * before it there is done. */
 static int copy_unit(cuda_session *cs, int j)
 {
     stream_session *ss = cs->ss;
