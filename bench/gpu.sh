@@ -7,7 +7,8 @@
 #   SECTIONS="bf16 quant stream anchor" (default all of them) picks what runs:
 #     bf16    issue 3: bf16 prefill and decode, both shapes
 #     quant   issue 4: nf4 and int8 (quantized while loading), both shapes
-#     stream  issue 5: the 8B shape at --vram 8G (bf16) and 6.5G (int8)
+#     stream  issue 5: the 8B shape at --vram 8G (bf16) and 6.5G (int8), streaming
+#             alone and with hosted layers
 #     anchor  PyTorch + transformers on the same checkpoints (needs torch)
 # Prints gpubw's bandwidth line, then per run bench's table and JSON line.
 set -euo pipefail
@@ -27,9 +28,12 @@ for shape in llama-3.2-1b llama-3.1-8b; do
   on bf16 && run "$S/$shape" --device cuda --prompt 512 --gen 128 --reps 5
   for q in nf4 int8; do on quant && run "$S/$shape" --device cuda --prompt 512 --gen 128 --reps 3 --quant $q; done
 done
-if on stream; then
-  run "$S/llama-3.1-8b" --device cuda --prompt 512 --gen 64 --reps 2 --vram 8G
-  run "$S/llama-3.1-8b" --device cuda --prompt 512 --gen 64 --reps 2 --vram 6.5G --quant int8
+if on stream; then # streaming alone (--host-layers 0), then with the hosted layers the planner picks
+  for h in 0 auto; do
+    hl=(); [ "$h" = 0 ] && hl=(--host-layers 0)
+    run "$S/llama-3.1-8b" --device cuda --prompt 512 --gen 64 --reps 2 --vram 8G "${hl[@]}"
+    run "$S/llama-3.1-8b" --device cuda --prompt 512 --gen 64 --reps 2 --vram 6.5G --quant int8 "${hl[@]}"
+  done
 fi
 if on anchor; then
   for shape in llama-3.2-1b llama-3.1-8b; do
