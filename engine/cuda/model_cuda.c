@@ -413,14 +413,12 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         cuda_layer *D = &cm->layers[l];
         const int si = sm ? sm->index[l] : -1;
         if (si >= 0) {
-            /* Its matrices go to a slot at offsets from 0: recorded, not uploaded. */
+            /* Its matrices go to a slot at offsets from 0 (sized by stream_model_open): recorded, not uploaded. */
             sink to_slot = {NULL, rec};
             uint64_t soff = 0;
             if (rec)
                 rec->layer = si;
             st = put_layer_mats(cm, m, l, D, NULL, &soff, &to_slot, e);
-            if (soff > cm->sm->slot_bytes)
-                cm->sm->slot_bytes = soff;
         } else {
             st = put_layer_mats(cm, m, l, D, base, &off, &res, e);
         }

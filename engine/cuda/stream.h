@@ -10,9 +10,9 @@
  *
  * The session side (stream_session) owns the device slots the layers are
  * copied into, a copy stream and the events that order it against the
- * compute stream. Streamed layer i (i-th among the streamed) always uses
- * slot i % n_slots, so a layer's device pointers never change and the
- * decode step can be captured once as a CUDA graph with its copies in it:
+ * compute stream. The i-th layer copied in a pass uses slot i % n_slots,
+ * the same in every pass of a kind, so the decode step can be captured
+ * once as a CUDA graph with its copies in it:
  *
  *   copy stream:    [copy 0][copy 1]      [copy 2]      [copy 3] ...
  *   compute stream:         [layer 0]  [layer 1]  [layer 2] ...
