@@ -36,7 +36,7 @@ template <int IN, int P>
 __device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps)
 {
     /* P > 0: 4 unused words after every P values (see the quantized chunks). */
-    if (P > 0) {
+    if constexpr (P > 0) {
         float ss = 0.0f;
         for (int j = threadIdx.x; j < cols; j += blockDim.x) {
             float v = x[j];
