@@ -11,7 +11,7 @@
  * tokenizers without a normalizer (GPT-2, Llama 3), decode(encode(text))
  * gives back any valid UTF-8 text exactly.
  */
-#include "fuzz_util.h"
+#include "fuzz_tok.h"
 
 #include <string.h>
 
@@ -60,19 +60,7 @@ static void check_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, b
     FUZZ_ASSERT(all_valid ? st == ENGINE_OK : st == ENGINE_ERR_INVALID_ARG);
     if (st != ENGINE_OK)
         return;
-    tok_stream *s = tok_stream_new(t, skip);
-    FUZZ_ASSERT(s);
-    size_t at = 0;
-    const char *piece;
-    size_t plen;
-    for (size_t i = 0; i < n; i++) {
-        FUZZ_ASSERT(tok_stream_push(s, ids[i], &piece, &plen) == ENGINE_OK);
-        FUZZ_ASSERT(at + plen <= len && memcmp(whole + at, piece, plen) == 0);
-        at += plen;
-    }
-    FUZZ_ASSERT(tok_stream_flush(s, &piece, &plen) == ENGINE_OK);
-    FUZZ_ASSERT(at + plen == len && memcmp(whole + at, piece, plen) == 0);
-    tok_stream_free(s);
+    fuzz_check_stream(t, ids, n, skip, whole, len);
     free(whole);
 }
 

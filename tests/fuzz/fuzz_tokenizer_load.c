@@ -5,11 +5,9 @@
  * described (its normalizers, regexes, added tokens and decoders), and the
  * ids they give must decode, in one piece and streamed, to the same text.
  */
-#include "fuzz_util.h"
+#include "fuzz_tok.h"
 
 #include <string.h>
-
-#include "loaders/tokenizer.h"
 
 static fuzz_file input;
 
@@ -39,19 +37,7 @@ static void check_text(const tok_tokenizer *t, const char *text)
         if (tok_decode(t, ids, n, skip, &whole, &len, &e) != ENGINE_OK)
             continue;
         FUZZ_ASSERT(strlen(whole) <= len); /* NUL-terminated, may hold NULs */
-        tok_stream *s = tok_stream_new(t, skip);
-        FUZZ_ASSERT(s);
-        size_t at = 0;
-        const char *piece;
-        size_t plen;
-        for (size_t i = 0; i < n; i++) {
-            FUZZ_ASSERT(tok_stream_push(s, ids[i], &piece, &plen) == ENGINE_OK);
-            FUZZ_ASSERT(at + plen <= len && memcmp(whole + at, piece, plen) == 0);
-            at += plen;
-        }
-        FUZZ_ASSERT(tok_stream_flush(s, &piece, &plen) == ENGINE_OK);
-        FUZZ_ASSERT(at + plen == len && memcmp(whole + at, piece, plen) == 0);
-        tok_stream_free(s);
+        fuzz_check_stream(t, ids, n, skip, whole, len);
         free(whole);
     }
     free(ids);
