@@ -4,12 +4,9 @@
  * the optional steps (biases, q/k norms, sliding window); there is one
  * forward pass for all of them.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "model.h"
 
@@ -121,13 +118,6 @@ uint64_t cpu_layer_bytes(const engine_model *m, int l)
     return b;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 double cpu_layer_rate(const engine_model *m, const int *layers, int n_layers, int n_threads)
 {
     const cfg_model *c = &m->cfg;
@@ -152,13 +142,13 @@ double cpu_layer_rate(const engine_model *m, const int *layers, int n_layers, in
     for (int i = 0; i < n_layers; i++)
         bytes += cpu_layer_bytes(m, layers[i]);
     for (int pass = 0; pass < 3; pass++) {
-        const double t0 = now();
+        const double t0 = model_seconds();
         for (int i = 0; i < n_layers; i++) {
             cpu_layer_qkv(m, &kc, layers[i], 1, x, xb, q, k, v, false);
             memcpy(att, q, qd * sizeof *att);
             cpu_layer_out(m, &kc, layers[i], 1, x, att, xb, hb, hb2);
         }
-        const double t = now() - t0;
+        const double t = model_seconds() - t0;
         if (pass > 0 && (best == 0.0 || t < best))
             best = t;
     }

@@ -3,10 +3,7 @@
  * sample, stream the text and evaluate one token at a time until EOS, the
  * length limit, a full context, or the caller's callback says stop.
  */
-#define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
-
 #include <string.h>
-#include <time.h>
 
 #include "model.h"
 #ifdef ENGINE_HAVE_CUDA
@@ -20,13 +17,6 @@ engine_generate_params engine_generate_default_params(void)
     p.n_predict = 128;
     p.sampling = engine_sampler_default_params();
     return p;
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* The next token from logits left on the device (CUDA sessions only). */
@@ -126,7 +116,7 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
     engine_generate_stats gs;
     memset(&gs, 0, sizeof gs);
     gs.n_prompt = n_prompt;
-    double t0 = now_seconds();
+    double t0 = model_seconds();
     const float *logits = s->logits;
     /* Without a repetition penalty a GPU session keeps the logits on the
      * device: greedy takes the argmax there, sampling brings back only the
@@ -139,7 +129,7 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
 #endif
     if (n_prompt)
         st = session_eval(s, prompt, n_prompt, on_device ? NULL : &logits, device_greedy ? &next : NULL);
-    double t1 = now_seconds();
+    double t1 = model_seconds();
     gs.prompt_seconds = t1 - t0;
     gs.stop = ENGINE_STOP_LENGTH;
 
@@ -194,7 +184,7 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
         s->device_logits = st == ENGINE_OK;
     }
 #endif
-    gs.gen_seconds = now_seconds() - t1;
+    gs.gen_seconds = model_seconds() - t1;
     if (ts) {
         const char *text;
         size_t len;

@@ -13,12 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "../quant/quant.h"
 #include "model.h"
 #ifdef ENGINE_HAVE_CUDA
 #include "cuda/backend.h"
 #endif
+
+double model_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 void model_log(const engine_model *m, engine_log_level level, const char *fmt, ...)
 {

@@ -137,6 +137,9 @@ static inline void *carve(char *base, uint64_t *off, uint64_t n, uint64_t align)
  */
 engine_status model_resolve_paths(const char *path, char *dir, char *weights, err_buf *e);
 
+/* Seconds on a monotonic clock, for the timings the engine measures and reports. */
+double model_seconds(void);
+
 /* Log through the model's callback, if any. */
 void model_log(const engine_model *m, engine_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -6,7 +6,6 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdlib.h>
-#include <time.h>
 
 #include "host_layers.h"
 
@@ -28,13 +27,6 @@ struct host_layers {
     host_job *jobs;/* [n_layers]                                          */
     double seconds;/* written by the host nodes, read after a sync        */
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 engine_status host_layers_create(const engine_session *s, host_layers **out, err_buf *e)
 {
@@ -96,18 +88,18 @@ static void CUDART_CB run_before(void *p)
     host_layers *h = j->h;
     const cfg_model *c = &h->m->cfg;
     const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    const double t0 = now();
+    const double t0 = model_seconds();
     cpu_layer_qkv(h->m, &h->kc, j->layer, 1, h->x, h->xb, h->qkv, h->qkv + qd, h->qkv + qd + kvd, false);
-    h->seconds += now() - t0;
+    h->seconds += model_seconds() - t0;
 }
 
 static void CUDART_CB run_after(void *p)
 {
     const host_job *j = p;
     host_layers *h = j->h;
-    const double t0 = now();
+    const double t0 = model_seconds();
     cpu_layer_out(h->m, &h->kc, j->layer, 1, h->x, h->att, h->xb, h->hb, h->hb2);
-    h->seconds += now() - t0;
+    h->seconds += model_seconds() - t0;
 }
 
 static int host_node(launch_ctx *lc, cudaHostFn_t fn, host_job *j)

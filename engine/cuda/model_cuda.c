@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../../kernels/cpu/dtype.h"
 #include "../../quant/quant.h"
@@ -461,13 +460,6 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
     return st;
 }
 
-static double seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /*
  * Device bytes a budget must leave to the CUDA context and the runtime:
  * what is in use once the context exists (the context itself, and
@@ -605,7 +597,7 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
         return st;
     }
     cm->weight_bytes = bytes;
-    const double t0 = seconds();
+    const double t0 = model_seconds();
     uploader up;
     rec.fill = true;
     rec.img_off = 0;
@@ -621,7 +613,7 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
         cuda_model_free(cm);
         return st;
     }
-    cm->upload_seconds = seconds() - t0;
+    cm->upload_seconds = model_seconds() - t0;
     arena_stats as;
     arena_get_stats(cm->arena, &as);
     model_log(m, ENGINE_LOG_INFO, "CUDA: %.2f GiB of weights uploaded in %.2f s (%.1f GB/s); budget %.2f GiB%s",
