@@ -107,17 +107,19 @@ template <int MODE> __device__ void step_body(const chain_args &a, int step, pre
     float *y = a.buf[(step + 1) & 1];
     if (MODE == EMPTY) {
         if (blockIdx.x == 0 && threadIdx.x == 0)
-            y[0] = x[0] + 1.0f;
+            y[0] = __ldcg(x) + 1.0f;
         return;
     }
+    /* Through L2 (__ldcg): the persistent kernel's blocks would otherwise
+     * find the vector of two steps ago in their L1, which is not coherent. */
     float ss = 0.0f;
     for (int j = threadIdx.x; j < COLS / 4; j += THREADS) {
-        const float4 v = reinterpret_cast<const float4 *>(x)[j];
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(x) + j);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
     const float inv = rsqrtf(block_sum(ss, part) / COLS + 1e-5f);
     for (int j = threadIdx.x; j < COLS; j += THREADS)
-        xs[j] = x[j] * inv;
+        xs[j] = __ldcg(x + j) * inv;
     __syncthreads();
     unsigned acc = MODE == WEIGHTS ? pf.finish(a, step) : 0u;
     /* Each block writes a slice, so the next step depends on every block. */
