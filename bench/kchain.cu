@@ -16,17 +16,18 @@
  * engine's decode graph does; here each lets the next launch at once, the
  * most overlap PDL allows), (b) plain kernels, (c) phases of one
  * persistent kernel separated by a grid-wide barrier, the alternative
- * design. All in a CUDA graph; per step = graph time / steps.
+ * design. (a) and (b) run as CUDA graphs of `steps` launches, (c) as one
+ * launch; per step = that time / steps.
  *
  *   kchain [--steps N] [--weights BYTES]    (default 1000, 9.5e6: an 8B nf4 o-projection)
  */
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include "../kernels/cuda/common.cuh" /* block_sum, the PDL wait/trigger and launch */
 
 #define CHECK_CUDA(x)                                                                  \
     do {                                                                               \
@@ -49,25 +50,7 @@ struct chain_args {
     int w_slices;           /* slices before the weights wrap around */
     unsigned *bar_count;    /* grid barrier (persistent kernel) */
     unsigned *bar_gen;
-    float *sink;
 };
-
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
-
-__device__ float block_sum(float v, float *part)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(~0u, v, o);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = threadIdx.x < THREADS / 32 ? part[threadIdx.x] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(~0u, s, o);
-    __syncthreads();
-    return s;
-}
 
 /* Weight loads issued before the wait (they do not depend on the previous step), summed after. */
 struct prefetch {
@@ -101,7 +84,7 @@ struct prefetch {
 };
 
 /* One step's work after the wait: stage buf[step & 1] normalised, write this block's slice of the other. */
-template <int MODE> __device__ void step_body(const chain_args &a, int step, prefetch &pf, float *xs, float *part)
+template <int MODE> __device__ void step_body(const chain_args &a, int step, prefetch &pf, float *xs)
 {
     const float *x = a.buf[step & 1];
     float *y = a.buf[(step + 1) & 1];
@@ -117,7 +100,7 @@ template <int MODE> __device__ void step_body(const chain_args &a, int step, pre
         const float4 v = __ldcg(reinterpret_cast<const float4 *>(x) + j);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
-    const float inv = rsqrtf(block_sum(ss, part) / COLS + 1e-5f);
+    const float inv = rsqrtf(block_sum(ss) / COLS + 1e-5f);
     for (int j = threadIdx.x; j < COLS; j += THREADS)
         xs[j] = __ldcg(x + j) * inv;
     __syncthreads();
@@ -133,15 +116,15 @@ template <int MODE> __device__ void step_body(const chain_args &a, int step, pre
 
 template <int MODE, bool PDL> __global__ void __launch_bounds__(THREADS) k_step(chain_args a, int step)
 {
-    __shared__ float xs[COLS], part[32];
+    __shared__ float xs[COLS];
     prefetch pf;
     if (MODE == WEIGHTS)
         pf.issue(a, step);
     if (PDL) {
-        pdl_launch(); /* the next step may start its own prefetch */
-        pdl_wait();
+        dependents_may_launch(); /* the next step may start its own prefetch */
+        dependency_wait();
     }
-    step_body<MODE>(a, step, pf, xs, part);
+    step_body<MODE>(a, step, pf, xs);
 }
 
 /* All blocks meet; the last to arrive starts the next generation. */
@@ -167,29 +150,24 @@ __device__ void grid_barrier(const chain_args &a)
 
 template <int MODE> __global__ void __launch_bounds__(THREADS) k_persistent(chain_args a, int steps)
 {
-    __shared__ float xs[COLS], part[32];
+    __shared__ float xs[COLS];
     for (int s = 0; s < steps; s++) {
         prefetch pf;
         if (MODE == WEIGHTS)
             pf.issue(a, s); /* before the barrier, as a persistent decode kernel would */
         if (s > 0)
             grid_barrier(a);
-        step_body<MODE>(a, s, pf, xs, part);
+        step_body<MODE>(a, s, pf, xs);
     }
 }
 
 template <int MODE, bool PDL> static void launch_step(const chain_args &a, int blocks, int step, cudaStream_t st)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(THREADS);
-    cfg.stream = st;
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = PDL ? 1 : 0;
-    CHECK_CUDA(cudaLaunchKernelEx(&cfg, k_step<MODE, PDL>, a, step));
+    if (PDL)
+        CHECK_CUDA(launch_pdl(k_step<MODE, true>, dim3(blocks), dim3(THREADS), 0, st, a, step));
+    else
+        k_step<MODE, false><<<blocks, THREADS, 0, st>>>(a, step);
+    CHECK_CUDA(cudaGetLastError());
 }
 
 /* Median µs per step of a graph built by `build`, 5 timed replays after one warm-up. */
@@ -216,6 +194,8 @@ template <typename F> static double time_graph(cudaStream_t st, int steps, F bui
         ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
     CHECK_CUDA(cudaGraphExecDestroy(ge));
     CHECK_CUDA(cudaGraphDestroy(g));
     return ms[ms.size() / 2] * 1000.0 / steps;
@@ -251,6 +231,8 @@ template <int MODE> static void run_mode(const char *name, const chain_args &a, 
             ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
     const double pers = ms[ms.size() / 2] * 1000.0 / steps;
     std::printf("%-8s  PDL %6.2f µs a step   plain %6.2f   persistent (grid barrier) %6.2f\n", name, pdl, plain, pers);
 }
@@ -291,7 +273,6 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaMalloc(&a.bar_count, 2 * sizeof(unsigned)));
     CHECK_CUDA(cudaMemset(a.bar_count, 0, 2 * sizeof(unsigned)));
     a.bar_gen = a.bar_count + 1;
-    CHECK_CUDA(cudaMalloc(&a.sink, sizeof(float)));
     cudaStream_t st;
     CHECK_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
