@@ -22,6 +22,8 @@
  */
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
 #include "rope.cuh"
 
 namespace cg = cooperative_groups;
@@ -40,13 +42,28 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 /* Wait until at most N committed groups of this thread are still in flight. */
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/* The EL = 16 / sizeof(T) elements of a granule as fp32. */
-template <typename T> __device__ __forceinline__ void granule_f32(const uint4 &g, float *f)
+/*
+ * The EL = 16 / sizeof(T) elements of a granule as fp32. The granule comes
+ * by value, as one 16-byte shared-memory load: read through a pointer to
+ * its elements, it became eight 2-byte loads per granule (measured: the
+ * 16-bit caches' scores and value sums took 3.5x the fp32 cache's time).
+ */
+template <typename T> __device__ __forceinline__ void granule_f32(const uint4 g, float *f)
 {
-    const T *e = reinterpret_cast<const T *>(&g);
+    const uint32_t w[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
-    for (int i = 0; i < (int)(16 / sizeof(T)); i++)
-        f[i] = to_f32(e[i]);
+    for (int i = 0; i < 4; i++) {
+        if constexpr (sizeof(T) == 4) {
+            f[i] = __uint_as_float(w[i]);
+        } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        } else {
+            const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&w[i]));
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
 }
 
 /*
