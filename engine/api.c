@@ -25,6 +25,21 @@ const char *engine_version_string(void)
     return STR(ENGINE_VERSION_MAJOR) "." STR(ENGINE_VERSION_MINOR) "." STR(ENGINE_VERSION_PATCH);
 }
 
+const char *engine_format_bytes(uint64_t b, char *buf, size_t n)
+{
+    if (!buf || n == 0)
+        return buf;
+    if (b >= (uint64_t)1 << 30)
+        snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+    else if (b >= (uint64_t)1 << 20)
+        snprintf(buf, n, "%.1f MiB", b / 1048576.0);
+    else if (b >= 1024)
+        snprintf(buf, n, "%.1f KiB", b / 1024.0);
+    else
+        snprintf(buf, n, "%llu B", (unsigned long long)b);
+    return buf;
+}
+
 const char *engine_status_str(engine_status s)
 {
     switch (s) {

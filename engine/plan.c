@@ -427,21 +427,8 @@ engine_plan_params engine_plan_default_params(void)
     return p;
 }
 
-/* "1.50 GiB", "12.0 MiB", "512 KiB" or "100 B" into buf. */
-static const char *human(char *buf, size_t n, uint64_t b)
-{
-    if (b >= (uint64_t)1 << 30)
-        snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
-    else if (b >= (uint64_t)1 << 20)
-        snprintf(buf, n, "%.1f MiB", b / 1048576.0);
-    else if (b >= 1024)
-        snprintf(buf, n, "%.1f KiB", b / 1024.0);
-    else
-        snprintf(buf, n, "%llu B", (unsigned long long)b);
-    return buf;
-}
 
-#define H(i, v) human(hb[i], sizeof hb[i], (v))
+#define H(i, v) engine_format_bytes((v), hb[i], sizeof hb[i])
 
 /* The quantized format to suggest: the least lossy one that passes `resident` (or just fits). */
 static const engine_plan_option *suggest(const engine_plan *p, bool resident)

@@ -346,6 +346,9 @@ typedef struct engine_memory_report {
 } engine_memory_report;
 
 ENGINE_API engine_status engine_session_memory(const engine_session *s, engine_memory_report *r);
+/* bytes as text, as the engine's own messages write them ("1.50 GiB", "12.0 MiB",
+ * "512.0 KiB", "100 B"), into buf of n bytes; returns buf. */
+ENGINE_API const char *engine_format_bytes(uint64_t bytes, char *buf, size_t n);
 
 /* ----------------------------------------------------------- quantization */
 

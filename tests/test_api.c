@@ -56,6 +56,17 @@ int main(void)
     CHECK(engine_version_number() == ENGINE_VERSION_NUMBER);
     CHECK(engine_version_string() && strchr(engine_version_string(), '.'));
 
+    /* Byte counts as text, at each unit's boundary; a short buffer truncates, no buffer is refused. */
+    char b[32];
+    CHECK(!strcmp(engine_format_bytes(0, b, sizeof b), "0 B"));
+    CHECK(!strcmp(engine_format_bytes(1023, b, sizeof b), "1023 B"));
+    CHECK(!strcmp(engine_format_bytes(1024, b, sizeof b), "1.0 KiB"));
+    CHECK(!strcmp(engine_format_bytes(3 * 1048576 / 2, b, sizeof b), "1.5 MiB"));
+    CHECK(!strcmp(engine_format_bytes((uint64_t)5 << 30, b, sizeof b), "5.00 GiB"));
+    CHECK(!strcmp(engine_format_bytes(UINT64_MAX, b, sizeof b), "17179869184.00 GiB"));
+    CHECK(!strcmp(engine_format_bytes((uint64_t)5 << 30, b, 4), "5.0"));
+    CHECK(engine_format_bytes(1, NULL, 0) == NULL);
+
     /* NULL handles are no-ops or clean errors. */
     engine_model_free(NULL);
     engine_session_free(NULL);

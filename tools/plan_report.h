@@ -13,19 +13,6 @@
 #include "cli_util.h"
 #include "engine.h"
 
-static inline const char *report_bytes(char *buf, size_t n, uint64_t b)
-{
-    if (b >= (uint64_t)1 << 30)
-        snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
-    else if (b >= (uint64_t)1 << 20)
-        snprintf(buf, n, "%.1f MiB", b / 1048576.0);
-    else if (b >= 1024)
-        snprintf(buf, n, "%.1f KiB", b / 1024.0);
-    else
-        snprintf(buf, n, "%llu B", (unsigned long long)b);
-    return buf;
-}
-
 static inline const char *report_part(const engine_plan_entry *r, char *buf, size_t n)
 {
     if (r->part == ENGINE_PLAN_LAYER)
@@ -45,41 +32,42 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
     const engine_plan_totals *t = engine_plan_get_totals(plan);
     char a[32], b[32], c[32], d[32];
     fprintf(f, "plan for %s: %d layers, context %d tokens, budget %s\n", model, t->n_layers, t->n_ctx,
-            report_bytes(a, sizeof a, t->budget));
+            engine_format_bytes(t->budget, a, sizeof a));
     fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s\n", "part", "format", "weights", "placement", "KV cache",
             "moved/token");
     for (size_t i = 0; i < engine_plan_n_entries(plan); i++) {
         const engine_plan_entry *r = engine_plan_entry_at(plan, i);
         fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s\n", report_part(r, a, sizeof a), r->format,
-                report_bytes(b, sizeof b, r->weight_bytes), report_place(r->placement),
-                r->part == ENGINE_PLAN_LAYER ? report_bytes(c, sizeof c, r->kv_bytes) : "-",
-                report_bytes(d, sizeof d, r->bytes_per_token));
+                engine_format_bytes(r->weight_bytes, b, sizeof b), report_place(r->placement),
+                r->part == ENGINE_PLAN_LAYER ? engine_format_bytes(r->kv_bytes, c, sizeof c) : "-",
+                engine_format_bytes(r->bytes_per_token, d, sizeof d));
     }
-    fprintf(f, "  weights resident   %12s\n", report_bytes(a, sizeof a, t->weights_resident));
+    fprintf(f, "  weights resident   %12s\n", engine_format_bytes(t->weights_resident, a, sizeof a));
     fprintf(f, "  stream buffers     %12s  (streamed weights in host memory: %s)\n",
-            report_bytes(a, sizeof a, t->stream_buffers), report_bytes(b, sizeof b, t->weights_streamed));
-    fprintf(f, "  KV cache           %12s\n", report_bytes(a, sizeof a, t->kv_cache));
+            engine_format_bytes(t->stream_buffers, a, sizeof a), engine_format_bytes(t->weights_streamed, b, sizeof b));
+    fprintf(f, "  KV cache           %12s\n", engine_format_bytes(t->kv_cache, a, sizeof a));
     fprintf(f, "  activations        %12s  (buffers, scratch, cuBLASLt workspace)\n",
-            report_bytes(a, sizeof a, t->activations));
-    fprintf(f, "  CUDA context       %12s\n", report_bytes(a, sizeof a, t->cuda_context));
+            engine_format_bytes(t->activations, a, sizeof a));
+    fprintf(f, "  CUDA context       %12s\n", engine_format_bytes(t->cuda_context, a, sizeof a));
     fprintf(f, "  total              %12s  of %s (2 MiB allocation units), %s free\n",
-            report_bytes(a, sizeof a, t->device_total), report_bytes(b, sizeof b, t->budget),
-            report_bytes(c, sizeof c, t->free_bytes));
-    fprintf(f, "  minimum %s (everything streamed), all resident %s\n", report_bytes(a, sizeof a, t->minimum),
-            report_bytes(b, sizeof b, t->all_resident));
+            engine_format_bytes(t->device_total, a, sizeof a), engine_format_bytes(t->budget, b, sizeof b),
+            engine_format_bytes(t->free_bytes, c, sizeof c));
+    fprintf(f, "  minimum %s (everything streamed), all resident %s\n", engine_format_bytes(t->minimum, a, sizeof a),
+            engine_format_bytes(t->all_resident, b, sizeof b));
     if (t->n_layers_host > 0)
         fprintf(f, "  host: %d layers (%s a token) computed by the CPU for decode at %.1f GB/s while the others "
                    "stream; prompts stream them too\n",
-                t->n_layers_host, report_bytes(a, sizeof a, t->host_per_token), t->host_gbps);
+                t->n_layers_host, engine_format_bytes(t->host_per_token, a, sizeof a), t->host_gbps);
     fprintf(f, "  per token: %s streamed, %s read on the device; decode bound %.1f tok/s at %.1f GB/s PCIe, "
                "%.0f GB/s HBM (all resident: %.1f tok/s)\n",
-            report_bytes(a, sizeof a, t->streamed_per_token), report_bytes(b, sizeof b, t->read_per_token),
+            engine_format_bytes(t->streamed_per_token, a, sizeof a),
+            engine_format_bytes(t->read_per_token, b, sizeof b),
             t->tokens_per_second, t->pcie_gbps, t->hbm_gbps, t->resident_tokens_per_second);
     for (size_t i = 0; i < engine_plan_n_options(plan); i++) {
         const engine_plan_option *o = engine_plan_option_at(plan, i);
         fprintf(f, "  --quant %-9s weights %10s, all resident %10s%s, minimum %10s%s", o->name,
-                report_bytes(a, sizeof a, o->weight_bytes), report_bytes(b, sizeof b, o->all_resident),
-                o->fits_resident ? " (fits)" : "", report_bytes(c, sizeof c, o->minimum),
+                engine_format_bytes(o->weight_bytes, a, sizeof a), engine_format_bytes(o->all_resident, b, sizeof b),
+                o->fits_resident ? " (fits)" : "", engine_format_bytes(o->minimum, c, sizeof c),
                 o->fits ? "" : " (over the budget)");
         if (o->fits)
             fprintf(f, ", decode bound %.1f tok/s", o->tokens_per_second);
@@ -167,8 +155,8 @@ static inline void offload_print_text(FILE *f, const engine_offload_report *r, d
     fprintf(f, "offload measured: %d of %d layers streamed%s%s, %s a token, stream buffers %s, host memory pinned %s, "
                "CUDA context reserve %s\n",
             r->n_layers_streamed, r->n_layers, hosted, r->embeddings_on_host ? " (embeddings on the host)" : "",
-            report_bytes(a, sizeof a, r->bytes_per_token), report_bytes(b, sizeof b, r->stream_buffers),
-            report_bytes(c, sizeof c, r->host_pinned), report_bytes(d, sizeof d, r->device_reserve));
+            engine_format_bytes(r->bytes_per_token, a, sizeof a), engine_format_bytes(r->stream_buffers, b, sizeof b),
+            engine_format_bytes(r->host_pinned, c, sizeof c), engine_format_bytes(r->device_reserve, d, sizeof d));
     if (r->n_layers_streamed == 0)
         return;
     offload_print_times(f, "prefill", &r->prefill, pcie_gbps);
