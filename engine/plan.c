@@ -427,7 +427,6 @@ engine_plan_params engine_plan_default_params(void)
     return p;
 }
 
-
 #define H(i, v) engine_format_bytes((v), hb[i], sizeof hb[i])
 
 /* The quantized format to suggest: the least lossy one that passes `resident` (or just fits). */

@@ -40,7 +40,7 @@ engine_status host_layers_create(const engine_session *s, host_layers **out, err
     if (!h)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     h->m = m;
-    h->kc.n_threads = m->n_threads > 1 ? m->n_threads - 1 : 1;
+    h->kc.n_threads = model_host_threads(m);
     h->kc.scratch_per_thread = k_matmul_scratch_floats((int)cols);
     h->kc.scratch = malloc((size_t)h->kc.n_threads * h->kc.scratch_per_thread * sizeof(float));
     h->xb = malloc((widest + 2 * (size_t)c->ffn_dim) * sizeof(float));

@@ -506,23 +506,16 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
         return err_set(e, st, "%s", msg);
     /* Streamed layers: plan again knowing how fast this CPU would compute one. */
     const int streamed = engine_plan_get_totals(cm->plan)->n_layers_streamed;
-    if (streamed > 0 && m->host_layers != 0) {
-        int layers[CPU_RATE_LAYERS], n = 0; /* the last streamed layers, read as decode would */
-        for (int l = m->cfg.n_layers - 1; l >= 0 && n < CPU_RATE_LAYERS; l--)
-            if (engine_plan_entry_at(cm->plan, 1 + (size_t)l)->placement != ENGINE_PLACE_RESIDENT)
-                layers[n++] = l;
-        pp.host_gbps = cpu_layer_rate(m, layers, n, model_host_threads(m)) / 1e9;
+    if (streamed > 0 && m->host_layers != 0 && engine_host_layer_rate(m, &pp.host_gbps) == ENGINE_OK) {
         pp.host_layers = m->host_layers;
-        if (pp.host_gbps > 0.0) {
-            engine_plan_free(cm->plan);
-            cm->plan = NULL;
-            st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
-            if (st)
-                return err_set(e, st, "%s", msg);
-            model_log(m, ENGINE_LOG_INFO, "CUDA: this CPU computes a layer at %.1f GB/s with %d threads: %d of the %d "
-                      "streamed layers are computed on it for decode", pp.host_gbps, model_host_threads(m),
-                      engine_plan_get_totals(cm->plan)->n_layers_host, streamed);
-        }
+        engine_plan_free(cm->plan);
+        cm->plan = NULL;
+        st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
+        if (st)
+            return err_set(e, st, "%s", msg);
+        model_log(m, ENGINE_LOG_INFO, "CUDA: this CPU computes a layer at %.1f GB/s with %d threads: %d of the %d "
+                  "streamed layers are computed on it for decode", pp.host_gbps, model_host_threads(m),
+                  engine_plan_get_totals(cm->plan)->n_layers_host, streamed);
     }
     const size_t n = engine_plan_n_entries(cm->plan);
     if (engine_plan_entry_at(cm->plan, n - 1)->placement == ENGINE_PLACE_STREAMED &&

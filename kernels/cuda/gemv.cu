@@ -265,9 +265,6 @@ struct chunk_i8 : x_f32 {
     }
 };
 
-/* The 4-bit code table in fp32, for the prefill decoding: exactly the CPU's weights. */
-__shared__ float code_s[16];
-
 /*
  * The decode product's table: byte b of the weights -> its two codes as
  * fp16 (high nibble in the low half: element 2j first, as x pairs lie),
@@ -608,6 +605,8 @@ __global__ void k_dequant(O *out, gemv_args a)
  * prefill spent half its time decoding, at 1.45 TB/s of traffic.)
  */
 #define DQ_UNROLL 4
+/* The 4-bit code table in fp32, for the prefill decoding: exactly the CPU's weights. */
+__shared__ float code_s[16];
 template <typename O, bool I8>
 __global__ void __launch_bounds__(256) k_dequant_words(O *out, gemv_args a)
 {
