@@ -50,6 +50,10 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
  * is launch_argmax_scratch() there, PLAN_ARGMAX_SCRATCH here. Returns the
  * bytes; out (may be NULL) gets the buffers.
  */
+/* Decode's products pass the largest value of their output to the next
+ * product (gemv_args.x_max): 4 slots a layer and one for the head. */
+#define PLAN_IN_MAX_SLOTS(n_layers) (4 * (uint64_t)(n_layers) + 1)
+
 typedef struct plan_session_bufs {
     void *x;         /* [n_batch, dim] f32 residual stream      */
     void *act;       /* [n_batch, widest] wt                    */
@@ -66,6 +70,7 @@ typedef struct plan_session_bufs {
     void *cand_ids;  /* [PLAN_CAND_MAX] int32                   */
     void *cand_vals; /* [PLAN_CAND_MAX] f32                     */
     void *step;      /* [PLAN_STEP_INTS] int32                  */
+    void *in_max;    /* [PLAN_IN_MAX_SLOTS] u32: decode products' input maxima */
 } plan_session_bufs;
 uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_ctx, uint64_t deq_elems,
                              uint64_t argmax_bytes, char *base, plan_session_bufs *out);

@@ -163,6 +163,15 @@ typedef struct gemv_args {
     const float *norm;   /* [cols], GEMV_IN_RMSNORM                 */
     float eps;
     bool glu_out;        /* rows = 2*h (gate rows, then up rows): y[h] = silu(gate + b) * (up + b) */
+    /* Decode's chain of products: the kernel that wrote x may leave
+     * max |x * norm| (|x| without RMSNorm) as float bits in *x_max, which
+     * spares this kernel a pass over x and a block reduction; NULL: found
+     * here. y_max (zero before the launch) receives the same for this
+     * product's output, times y_max_norm [out rows] when the next product
+     * normalises it (NULL: times 1). */
+    const unsigned *x_max;
+    unsigned *y_max;
+    const float *y_max_norm;
 } gemv_args;
 int launch_gemv(launch_ctx *c, const gemv_args *a);
 

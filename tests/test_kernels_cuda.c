@@ -429,6 +429,9 @@ static void *dev_weight(k_dtype t, size_t n, float *vals, k_weight *hw)
     return d;
 }
 
+static void check_gemv_chain(launch_ctx *lc, const gemv_args *a, const float *x, const float *norm, const float *y0,
+                             const float *ref, int outs, double tol);
+
 static void check_gemv(launch_ctx *lc, k_dtype t, int rows, int cols, gemv_input in, bool acc, bool with_bias)
 {
     const size_t nw = (size_t)rows * cols;
@@ -465,6 +468,9 @@ static void check_gemv(launch_ctx *lc, k_dtype t, int rows, int cols, gemv_input
     double e = rel_err(got, refd, (size_t)rows);
     CHECK_MSG(e < 2e-5, "gemv %s %dx%d in %d acc %d bias %d: error %.2e", dtype_name(t), rows, cols, (int)in, acc,
               with_bias, e);
+    for (int i = 0; i < rows; i++)
+        ref[i] = (float)refd[i];
+    check_gemv_chain(lc, &a, x, norm, y0, ref, rows, 2e-5);
     free(refd);
     free(ref);
     free(kc.scratch);
@@ -511,6 +517,47 @@ static void check_gemv_glu(launch_ctx *lc, k_dtype t, int half, int cols, bool w
     CHECK_MSG(e < 2e-5, "gemv glu %s %dx%d bias %d: error %.2e", dtype_name(t), rows, cols, with_bias, e);
     free(kc.scratch), free(got), free((void *)hw.data), free(wv), free(x), free(norm), free(bias), free(xin), free(gu);
     cudaFree(dw), cudaFree(dx), cudaFree(dn), cudaFree(db), cudaFree(dy);
+}
+
+/*
+ * The product of `a` run again with x_max holding max |x * norm| (|x|
+ * without RMSNorm), computed here, and y_max to fill: the result must
+ * still match ref, and y_max must hold max |y * g| over the product's own
+ * outputs, exactly (g: random weights standing for the next norm's).
+ */
+static void check_gemv_chain(launch_ctx *lc, const gemv_args *a, const float *x, const float *norm, const float *y0,
+                             const float *ref, int outs, double tol)
+{
+    const bool rms = a->in == GEMV_IN_RMSNORM;
+    float xm = 0.0f;
+    for (int c = 0; c < a->cols; c++)
+        xm = fmaxf(xm, fabsf(rms ? x[c] * norm[c] : x[c]));
+    float *g = malloc((size_t)outs * sizeof *g);
+    fill(g, (size_t)outs, 1.0);
+    float *dg = dev_copy(g, (size_t)outs);
+    uint32_t *dm = dev_alloc(2 * sizeof(uint32_t)), m[2] = {0, 0};
+    memcpy(&m[1], &xm, sizeof xm);
+    cudaMemcpy(dm, m, sizeof m, cudaMemcpyHostToDevice);
+    cudaMemcpy(a->y, y0, (size_t)a->rows * sizeof(float), cudaMemcpyHostToDevice);
+    if (!a->accumulate)
+        cudaMemset(a->y, 0xff, (size_t)a->rows * sizeof(float));
+    gemv_args b = *a;
+    b.x_max = dm + 1;
+    b.y_max = dm;
+    b.y_max_norm = dg;
+    CHECK_MSG(launch_gemv(lc, &b) == 0, "gemv chain: %s", lc->err);
+    float *got = host_f32(a->y, K_F32, (size_t)outs), want = 0.0f;
+    const double err = rel_err_f(got, ref, (size_t)outs);
+    CHECK_MSG(err < tol, "gemv chain %s %dx%d in %d: error %.2e", dtype_name(a->wt), a->rows, a->cols, (int)a->in, err);
+    for (int i = 0; i < outs; i++)
+        want = fmaxf(want, fabsf(got[i] * g[i]));
+    cudaMemcpy(m, dm, sizeof m, cudaMemcpyDeviceToHost);
+    float have;
+    memcpy(&have, &m[0], sizeof have);
+    CHECK_MSG(have == want, "gemv chain %s %dx%d: output maximum %g, want %g", dtype_name(a->wt), a->rows, a->cols,
+              have, want);
+    free(got), free(g);
+    cudaFree(dg), cudaFree(dm);
 }
 
 /*
@@ -583,6 +630,9 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
     double err = rel_err_f(got, ref, (size_t)outs);
     CHECK_MSG(err < tol, "gemv %s group %d dq %d %dx%d mode %d: error %.2e", q_spec_name(&spec), group, dq, rows, cols,
               mode, err);
+    /* Again as a link of decode's chain: the input's maximum given (the
+     * 4-bit types then stage it in one pass), the output's left behind. */
+    check_gemv_chain(lc, &a, x, norm, y0, ref, outs, tol);
     /* Prefill decoding: exactly the CPU's weights (rounded to bf16 here). */
     void *dd = dev_alloc(nw * sizeof(uint16_t));
     CHECK_MSG(launch_dequant(lc, dd, K_BF16, &a) == 0, "dequant: %s", lc->err);

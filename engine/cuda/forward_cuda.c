@@ -85,12 +85,12 @@ static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *
  * Logits of the last row of x, and their argmax into step[STEP_ARGMAX]; a
  * decode step (feed) also leaves it as the next step's input.
  */
-static int head(cuda_session *cs, const engine_session *s, int n, bool feed)
+static int head(cuda_session *cs, const engine_session *s, int n, bool feed, const uint32_t *x_max)
 {
     const cfg_model *c = &s->model->cfg;
     launch_ctx *lc = &cs->lc;
     gemv_args g = {.y = cs->logits, .rows = c->vocab_size, .cols = c->dim, .in = GEMV_IN_RMSNORM,
-                   .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm, .eps = (float)c->rms_eps};
+                   .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm, .eps = (float)c->rms_eps, .x_max = x_max};
     set_mat(&g, &cs->cm->lm_head);
     if (stream_head_blocks(cs) == 0)
         TRY(launch_gemv(lc, &g));
@@ -120,9 +120,16 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
     const float eps = (float)c->rms_eps;
 
     TRY(stream_begin(cs, s, 1, false, true));
+    /* The products' output maxima (see gemv_args.x_max) start at zero. */
+    if (cudaMemsetAsync(cs->in_max, 0, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), lc->stream) != cudaSuccess)
+        return launch_fail(lc, "decode: clearing the input maxima: %s", cudaGetErrorString(cudaGetLastError()));
     TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
+        uint32_t *slot = cs->in_max + 4 * (size_t)l, *next_slot = slot + 4;
+        /* The next layer's products (or the head) read x after this layer's; both on the GPU? */
+        const bool next_gpu = l + 1 == c->n_layers || !stream_hosted(cs, l + 1);
+        const float *next_norm = l + 1 < c->n_layers ? cs->layers[l + 1].attn_norm : cs->cm->out_norm;
         TRY(stream_before_layer(cs, l));
         rope_qkv_args ra = rope_args(cs, s, l, 1);
         if (stream_hosted(cs, l)) { /* the CPU's products around the GPU's attention */
@@ -134,25 +141,28 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
             continue;
         }
         gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = GEMV_IN_RMSNORM, .x = cs->x,
-                         .norm = D->attn_norm, .eps = eps};
+                         .norm = D->attn_norm, .eps = eps, .x_max = l > 0 && !stream_hosted(cs, l - 1) ? slot : NULL};
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
         TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
         gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
-                       .x = cs->att};
+                       .x = cs->att, .y_max = slot + 2, .y_max_norm = D->ffn_norm};
         set_mat(&o, &D->wo);
         TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
-                        .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true};
+                        .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = slot + 2,
+                        .y_max = slot + 3};
         set_mat(&gu, &D->w_gu);
         TRY(launch_gemv(lc, &gu));
         gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
-                          .in = GEMV_IN_F32, .x = cs->gu};
+                          .in = GEMV_IN_F32, .x = cs->gu, .x_max = slot + 3, .y_max = next_gpu ? next_slot : NULL,
+                          .y_max_norm = next_norm};
         set_mat(&down, &D->w_down);
         TRY(launch_gemv(lc, &down));
         TRY(stream_after_layer(cs, l));
     }
-    TRY(head(cs, s, 1, true));
+    const bool last_gpu = c->n_layers > 0 && !stream_hosted(cs, c->n_layers - 1);
+    TRY(head(cs, s, 1, true, last_gpu ? cs->in_max + 4 * (size_t)c->n_layers : NULL));
     return stream_end(cs);
 }
 
@@ -196,7 +206,7 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
             TRY(launch_bias_add(lc, cs->x, D->b_down, n, dim));
         TRY(stream_after_layer(cs, l));
     }
-    TRY(head(cs, s, n, false));
+    TRY(head(cs, s, n, false, NULL));
     return stream_end(cs);
 }
 

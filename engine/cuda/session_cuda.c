@@ -37,6 +37,7 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->cand_ids = b.cand_ids;
     cs->cand_vals = b.cand_vals;
     cs->step = b.step;
+    cs->in_max = b.in_max;
     return bytes;
 }
 

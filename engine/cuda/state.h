@@ -104,6 +104,7 @@ struct cuda_session {
     int32_t *h_cand_ids;  /* pinned host copies of the above             */
     float *h_cand_vals;
     int32_t *step;        /* [STEP_INTS]                                 */
+    uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zeroed at each decode step */
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
     int n_splits;         /* decode attention splits                     */

@@ -27,45 +27,50 @@
 #endif
 
 /*
- * The input vector in fp32, built once per block into xs[cols]. Loads are
- * 16 bytes wide and unrolled so that many are in flight: a block waits for
- * this before its first product, and a loop of dependent round trips to L2
- * here once cost more than streaming the weights.
+ * The barrier that publishes the staged input, with the block's sum of
+ * squares riding on it: each warp leaves its share in part[] first, and
+ * after the barrier every thread adds the shares up. Returns 1 / rms of
+ * the input for RMSNorm (the products multiply their sums by it, so the
+ * input is staged without it and no barrier waits for the sum), else 1.
+ */
+template <int IN>
+__device__ float publish_input(float ss, int cols, float eps)
+{
+    __shared__ float part[32];
+    if (IN == GEMV_IN_RMSNORM) {
+        ss = warp_sum(ss);
+        if ((threadIdx.x & 31) == 0)
+            part[threadIdx.x >> 5] = ss;
+    }
+    __syncthreads();
+    if (IN != GEMV_IN_RMSNORM)
+        return 1.0f;
+    float t = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+        t += part[w];
+    return rsqrtf(t / cols + eps);
+}
+
+/*
+ * The input vector in fp32 (times the norm weights for RMSNorm), built
+ * once per block into xs[cols] in one pass of 16-byte loads, several in
+ * flight a thread: a block waits for this before its first product. With
+ * P > 0, 4 unused words follow every P values (see the quantized chunks;
+ * P is a multiple of 4, so a 16-byte group never straddles them). Returns
+ * what the sums are multiplied by (1 / rms for RMSNorm).
  */
 template <int IN, int P>
-__device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps)
+__device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps, const unsigned *)
 {
-    /* P > 0: 4 unused words after every P values (see the quantized chunks). */
-    if constexpr (P > 0) {
-        float ss = 0.0f;
-        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-            float v = x[j];
-            if (IN == GEMV_IN_RMSNORM) {
-                ss += v * v;
-                v *= norm[j];
-            }
-            xs[j + j / P * 4] = v;
-        }
-        if (IN == GEMV_IN_RMSNORM) {
-            ss = block_sum(ss);
-            const float inv = rsqrtf(ss / cols + eps);
-            for (int j = threadIdx.x; j < cols; j += blockDim.x)
-                xs[j + j / P * 4] *= inv;
-        }
-        __syncthreads();
-        return 1.0f;
-    }
-    const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && (IN != GEMV_IN_RMSNORM || (uintptr_t)norm % 16 == 0);
+    const bool rms = IN == GEMV_IN_RMSNORM;
+    const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && (!rms || (uintptr_t)norm % 16 == 0);
     float ss = 0.0f;
     if (vec) {
         const int n4 = cols / 4;
-        const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        float4 *xs4 = reinterpret_cast<float4 *>(xs);
 #pragma unroll 4
         for (int j = threadIdx.x; j < n4; j += blockDim.x) {
-            float4 v = x4[j];
-            if (IN == GEMV_IN_RMSNORM) {
-                /* The norm weight goes in now; the 1/rms factor once it is known. */
+            float4 v = reinterpret_cast<const float4 *>(x)[j];
+            if (rms) {
                 const float4 g = reinterpret_cast<const float4 *>(norm)[j];
                 ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
                 v.x *= g.x;
@@ -73,26 +78,19 @@ __device__ float stage_input(float *xs, const float *x, const float *norm, int c
                 v.z *= g.z;
                 v.w *= g.w;
             }
-            xs4[j] = v;
+            *reinterpret_cast<float4 *>(xs + 4 * j + (P > 0 ? 4 * j / P * 4 : 0)) = v;
         }
     } else {
         for (int j = threadIdx.x; j < cols; j += blockDim.x) {
             float v = x[j];
-            if (IN == GEMV_IN_RMSNORM) {
+            if (rms) {
                 ss += v * v;
                 v *= norm[j];
             }
-            xs[j] = v;
+            xs[j + (P > 0 ? j / P * 4 : 0)] = v;
         }
     }
-    if (IN == GEMV_IN_RMSNORM) {
-        ss = block_sum(ss); /* its barriers also make xs visible */
-        const float inv = rsqrtf(ss / cols + eps);
-        for (int j = threadIdx.x; j < cols; j += blockDim.x)
-            xs[j] *= inv;
-    }
-    __syncthreads();
-    return 1.0f; /* what the sums are multiplied by: the fp16 input below is scaled */
+    return publish_input<IN>(ss, cols, eps);
 }
 
 /* The sum and the maximum over the block, with one barrier (called once a kernel). */
@@ -135,12 +133,37 @@ __device__ __forceinline__ void load8(float *f, const float *v, int g, bool vec)
  * factor that undoes the scale, exact.
  */
 template <int IN, int P>
-__device__ float stage_input(__half *xs, const float *x, const float *norm, int cols, float eps)
+__device__ float stage_input(__half *xs, const float *x, const float *norm, int cols, float eps,
+                             const unsigned *x_max)
 {
     const bool rms = IN == GEMV_IN_RMSNORM;
     const bool vec = (uintptr_t)x % 16 == 0 && (!rms || (uintptr_t)norm % 16 == 0);
     const int n8 = cols / 8;
     float ss = 0.0f, mx = 0.0f, v[8], g[8];
+    if (x_max) {
+        /* The kernel that wrote x left max |x * norm| (or |x|): one pass, and
+         * 1 / rms, which the scale does not need, rides on the last barrier. */
+        const int e = max((int)((*x_max >> 23) & 0xff), 12);
+        const float scale = __int_as_float((265 - e) << 23);
+#pragma unroll 2
+        for (int j = threadIdx.x; j < n8; j += blockDim.x) {
+            load8(v, x, j, vec);
+            if (rms)
+                load8(g, norm, j, vec);
+            __half2 h[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (rms) {
+                    ss += v[2 * i] * v[2 * i] + v[2 * i + 1] * v[2 * i + 1];
+                    h[i] = __floats2half2_rn(v[2 * i] * g[2 * i] * scale, v[2 * i + 1] * g[2 * i + 1] * scale);
+                } else {
+                    h[i] = __floats2half2_rn(v[2 * i] * scale, v[2 * i + 1] * scale);
+                }
+            }
+            *reinterpret_cast<uint4 *>(xs + 8 * j + 8 * j / P * 8) = *reinterpret_cast<const uint4 *>(h);
+        }
+        return publish_input<IN>(ss, cols, eps) * __int_as_float((e - 11) << 23);
+    }
     for (int j = threadIdx.x; j < n8; j += blockDim.x) {
         load8(v, x, j, vec);
         if (rms)
@@ -273,7 +296,7 @@ struct chunk_i8 : x_f32 {
  * lane has its own copy in its own bank: [byte][lane], 32 KB, and a lookup
  * is one wavefront.
  */
-__shared__ uint32_t pair_s[256 * 32];
+__shared__ __align__(16) uint32_t pair_s[256 * 32]; /* written and read 16 bytes at a time */
 
 __device__ void build_pairs(const float *code)
 {
@@ -409,6 +432,11 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
             }
         }
     };
+    /* y_max: the largest |output * y_max_norm| of the block, then of the grid. */
+    __shared__ unsigned blk_max, blk_done;
+    float ymx = 0.0f;
+    if (threadIdx.x == 0)
+        blk_max = blk_done = 0; /* published by stage_input's barrier */
     if (total > 0)
         load(cur, 0, 0);
     /* The 4-bit table reads the weights' code table, as the loads above read
@@ -420,7 +448,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
      * read only after this wait. */
     dependency_wait();
     /* The input, scaled where fp16: the sums are multiplied by xscale. */
-    const float xscale = stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps);
+    const float xscale = stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
 
     float acc[R];
 #pragma unroll
@@ -461,7 +489,10 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
                     g += a.bias[j];
                     u += a.bias[half + j];
                 }
-                a.y[j] = g / (1.0f + expf(-g)) * u;
+                const float h = g / (1.0f + expf(-g)) * u;
+                a.y[j] = h;
+                if (a.y_max)
+                    ymx = fmaxf(ymx, fabsf(a.y_max_norm ? h * a.y_max_norm[j] : h));
             }
         } else if (ns == 0) { /* the row group is done */
             const int r0 = first + group * stride;
@@ -471,8 +502,12 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
                 acc[r] = 0.0f;
                 const int i = r0 + r;
                 if (lane == 0 && i < a.rows) {
-                    const float v = sum + (a.bias ? a.bias[i] : 0.0f);
-                    a.y[i] = a.accumulate ? a.y[i] + v : v;
+                    float v = sum + (a.bias ? a.bias[i] : 0.0f);
+                    if (a.accumulate)
+                        v += a.y[i];
+                    a.y[i] = v;
+                    if (a.y_max)
+                        ymx = fmaxf(ymx, fabsf(a.y_max_norm ? v * a.y_max_norm[i] : v));
                 }
             }
         }
@@ -483,6 +518,12 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
                 cur[r][u] = nxt[r][u];
         group = ng;
         step = ns;
+    }
+    if (a.y_max && lane == 0) { /* the block's last warp posts the block's maximum (no barrier) */
+        atomicMax(&blk_max, __float_as_uint(ymx));
+        __threadfence_block();
+        if (atomicAdd(&blk_done, 1u) == (unsigned)(warps_per_block - 1))
+            atomicMax(a.y_max, atomicOr(&blk_max, 0u));
     }
 }
 
