@@ -73,6 +73,7 @@ int launch_copy_f32(launch_ctx *c, float *y, const float *x, int n);
  *      rows *pos0 + t of k_cache/v_cache [n_ctx, nkv*hd] (type kvt).
  */
 typedef struct rope_qkv_args {
+    unsigned *out_max; /* decode attention: max |out| as float bits, atomically (zero before); or NULL */
     const float *qkv;
     const float *bias, *q_norm, *k_norm; /* each may be NULL */
     float eps;

@@ -329,7 +329,9 @@ static void check_attention_decode(launch_ctx *lc, k_dtype kvt, int nh, int nkv,
     float *dcs = dev_copy(cs, (size_t)total * half), *dsn = dev_copy(sn, (size_t)total * half);
     int *dpos = dev_from(&pos, sizeof pos);
     float *dout = dev_alloc((size_t)nh * hd * sizeof(float));
-    rope_qkv_args a = {.qkv = dqkv, .bias = db, .q_norm = norm ? dqn : NULL, .k_norm = norm ? dkn : NULL,
+    uint32_t *dmax = dev_alloc(sizeof(uint32_t));
+    cudaMemset(dmax, 0, sizeof(uint32_t));
+    rope_qkv_args a = {.out_max = dmax, .qkv = dqkv, .bias = db, .q_norm = norm ? dqn : NULL, .k_norm = norm ? dkn : NULL,
                        .eps = 1e-6f, .cos = dcs, .sin = dsn, .k_cache = dk, .v_cache = dv, .kvt = kvt,
                        .pos0 = dpos, .n = 1, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd};
     CHECK_MSG(launch_attention_decode(lc, &a, dout, window, splits) == 0, "%s", lc->err);
@@ -369,6 +371,16 @@ static void check_attention_decode(launch_ctx *lc, k_dtype kvt, int nh, int nkv,
     CHECK_MSG(e < (kvt == K_F32 ? 5e-5 : 2e-3) && ek < out_tol(kvt) && ev < out_tol(kvt),
               "attention decode %s heads %d/%d hd %d pos %d window %d splits %d norm %d: out %.2e k %.2e v %.2e",
               dtype_name(kvt), nh, nkv, hd, pos, window, splits, norm, e, ek, ev);
+    /* The output's maximum, posted for the next product's staging: exactly max |out|. */
+    float want = 0.0f, have;
+    for (int i = 0; i < nh * hd; i++)
+        want = fmaxf(want, fabsf(got[i]));
+    uint32_t hm;
+    cudaMemcpy(&hm, dmax, sizeof hm, cudaMemcpyDeviceToHost);
+    memcpy(&have, &hm, sizeof have);
+    CHECK_MSG(have == want, "attention decode %s hd %d pos %d splits %d: output maximum %g, want %g", dtype_name(kvt), hd,
+              pos, splits, have, want);
+    cudaFree(dmax);
     free(q), free(ref), free(got), free(gk), free(gv), free(kc.scratch), free(kv), free(vv), free(hk), free(hv);
     free(qkv), free(bias), free(qn), free(kn), free(cs), free(sn);
     cudaFree(dk), cudaFree(dv), cudaFree(dqkv), cudaFree(db), cudaFree(dqn), cudaFree(dkn), cudaFree(dcs);

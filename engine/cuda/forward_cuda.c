@@ -144,9 +144,10 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
                          .norm = D->attn_norm, .eps = eps, .x_max = l > 0 && !stream_hosted(cs, l - 1) ? slot : NULL};
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
+        ra.out_max = slot + 1;
         TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
         gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
-                       .x = cs->att, .y_max = slot + 2, .y_max_norm = D->ffn_norm};
+                       .x = cs->att, .x_max = slot + 1, .y_max = slot + 2, .y_max_norm = D->ffn_norm};
         set_mat(&o, &D->wo);
         TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,

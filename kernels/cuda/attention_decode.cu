@@ -271,6 +271,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
             wt[lane * G + g] = w / den;
     }
     __syncthreads();
+    float omx = 0.0f; /* for out_max */
     for (int o = split * DEC_THREADS + tid; o < G * hd; o += splits * DEC_THREADS) {
         const int g = o / hd;
         float part[DEC_MAX_SPLITS];
@@ -283,6 +284,12 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
             if (s < splits)
                 num += wt[s * G + g] * part[s];
         out[(size_t)kvh * G * hd + o] = num;
+        omx = fmaxf(omx, fabsf(num));
+    }
+    if (a.out_max) { /* the output projection stages its input knowing this */
+        omx = warp_max(omx);
+        if (lane == 0 && omx > 0.0f)
+            atomicMax(a.out_max, __float_as_uint(omx));
     }
     cluster.sync(); /* the others may still be reading this block's shared memory */
 }
