@@ -3,8 +3,10 @@
  *
  * Decode reads every weight once per token, so this kernel is the token
  * rate: it must stream W at the memory bandwidth. Each block first builds
- * the input vector in shared memory as fp32 (plain or RMS-normalised: the
- * norm costs no launch and no round trip through memory), then each warp
+ * the input vector in shared memory as fp32 (plain or times the RMSNorm
+ * weights: the norm costs no launch and no round trip through memory; its
+ * 1/rms multiplies the sums at the end, so staging is one pass and one
+ * barrier), then each warp
  * walks its rows with 16-byte loads, several in flight per lane, and
  * reduces with shuffles. The gate/up product pairs gate row j with up row
  * j in one warp and writes silu(gate) * up, so SwiGLU needs no launch
@@ -14,7 +16,12 @@
  * Quantized weights (INT8, NF4/FP4) run through the same kernel: a chunk
  * type loads 16 bytes of a row with its scale and decodes them in
  * registers, so each weight byte is read once. The 4-bit type stages the
- * input as fp16 instead and multiplies pairs (see chunk_4bit).
+ * input as fp16 instead and multiplies pairs (see chunk_4bit); its scale
+ * needs the input's largest value, which the kernel that wrote the input
+ * leaves behind in decode (x_max, y_max: one pass again, where finding it
+ * here took a block reduction and a second pass over x). Staging is worth
+ * this care: leaving it out altogether (wrong results, right timing) made
+ * 8B decode 13% faster for nf4 and 32% for int8 before these changes.
  */
 #include "common.cuh"
 
