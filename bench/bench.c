@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N] [--host-layers N]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode); the
@@ -68,6 +68,8 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--quant") && v && !cli_parse_quant(v, &mp.quant)) {
             i++;
+        } else if (!strcmp(a, "--quant-head") && v && !cli_parse_quant(v, &mp.quant_head)) {
+            i++;
         } else if (!strcmp(a, "--stream-layers") && v && !cli_parse_long(v, 0, 1 << 20, &l)) {
             mp.min_layers_streamed = (int)l;
             i++;
@@ -77,12 +79,12 @@ int main(int argc, char **argv)
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N] [--host-layers N]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--stream-layers N] [--host-layers N]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N]\n");
         return 2;
     }
     char err[512] = "";
@@ -145,11 +147,11 @@ int main(int argc, char **argv)
         const double kv_read = 2.0 * info.n_layers * info.n_kv_heads * info.head_dim * kv_elem * mean_pos;
         const double per_token = weights - (info.tied_embeddings ? 0.0 : emb) + kv_read;
         const double p = median(pre, reps), d = median(dec, reps);
-        printf("{\"model\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"params\":%llu,\"prompt\":%d,\"gen\":%d,"
+        printf("{\"model\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"head\":\"%s\",\"params\":%llu,\"prompt\":%d,\"gen\":%d,"
                "\"reps\":%d,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,\"bytes_per_token\":%.0f,"
                "\"achieved_gb_s\":%.1f,\"device_in_use\":%llu,\"device_peak_mapped\":%llu,\"device_budget\":%llu,"
                "\"weights_device\":%llu,\"kv_cache\":%llu,\"activations\":%llu}\n",
-               path, on_gpu ? "cuda" : "cpu", info.weight_dtype, (unsigned long long)info.n_params, n_prompt, n_gen,
+               path, on_gpu ? "cuda" : "cpu", info.weight_dtype, info.head_dtype, (unsigned long long)info.n_params, n_prompt, n_gen,
                reps, p, d, per_token, per_token * d / 1e9, (unsigned long long)mem.device_total,
                (unsigned long long)mem.device_peak, (unsigned long long)mem.device_budget,
                (unsigned long long)mem.weights_owned, (unsigned long long)mem.kv_cache,

@@ -121,6 +121,30 @@ static const char *dominant_dtype(const engine_model *m)
     return dtype_label(m->tok_emb.dtype);
 }
 
+/* Room in m->owned for every matrix a model may quantize while loading: 7 a layer and the head. */
+static engine_status owned_reserve(engine_model *m, const char *path, err_buf *e)
+{
+    if (m->owned)
+        return ENGINE_OK;
+    m->owned = calloc((size_t)m->cfg.n_layers * 7 + 1, sizeof *m->owned);
+    return m->owned ? ENGINE_OK : err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+}
+
+/* *w quantized into memory the model owns; `shared`: *w's bytes stay in use elsewhere (the tied table). */
+static engine_status own_quantized(engine_model *m, k_weight *w, const q_spec *spec, bool shared, const char *name,
+                                   err_buf *e)
+{
+    q_weight *qw = &m->owned[m->n_owned];
+    engine_status st = q_quantize_weight(w, spec, m->n_threads, qw, name, e);
+    if (st)
+        return st;
+    m->n_owned++;
+    m->weight_bytes = m->weight_bytes - (shared ? 0 : k_weight_bytes(w)) + k_weight_bytes(&qw->w);
+    m->owned_bytes += qw->bytes;
+    *w = qw->w;
+    return ENGINE_OK;
+}
+
 /*
  * Quantize the decoder layers' dense linear weights into memory the model
  * owns (embeddings, norms, biases and lm_head stay as stored, as
@@ -131,32 +155,49 @@ static engine_status quantize_on_load(engine_model *m, engine_quant q, const cha
     q_spec spec;
     if (!quant_spec_of(q, &spec))
         return err_set(e, ENGINE_ERR_INVALID_ARG, "%s: unknown quantization %d", path, (int)q);
-    const int per_layer = 7;
-    m->owned = calloc((size_t)m->cfg.n_layers * per_layer, sizeof *m->owned);
-    if (!m->owned && m->cfg.n_layers > 0)
-        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
+    engine_status st = owned_reserve(m, path, e);
+    const int before = m->n_owned;
+    for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         layer_weights *L = &m->layers[l];
         k_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < per_layer; i++) {
+        for (int i = 0; !st && i < 7; i++) {
             if (k_dtype_is_quant(ws[i]->dtype))
                 continue;
             char name[64];
             snprintf(name, sizeof name, "%s: layer %d matrix %d", path, l, i);
-            q_weight *qw = &m->owned[m->n_owned];
-            engine_status st = q_quantize_weight(ws[i], &spec, m->n_threads, qw, name, e);
-            if (st)
-                return st;
-            m->n_owned++;
-            m->weight_bytes = m->weight_bytes - k_weight_bytes(ws[i]) + k_weight_bytes(&qw->w);
-            m->owned_bytes += qw->bytes;
-            m->n_quantized++;
-            *ws[i] = qw->w;
+            st = own_quantized(m, ws[i], &spec, false, name, e);
+            m->n_quantized += !st;
         }
     }
-    model_log(m, ENGINE_LOG_INFO, "%s: %d matrices quantized to %s while loading (%.1f MiB)", path, m->n_owned,
-              q_spec_name(&spec), m->owned_bytes / 1048576.0);
-    return ENGINE_OK;
+    if (!st)
+        model_log(m, ENGINE_LOG_INFO, "%s: %d matrices quantized to %s while loading (%.1f MiB)", path,
+                  m->n_owned - before, q_spec_name(&spec), m->owned_bytes / 1048576.0);
+    return st;
+}
+
+/*
+ * The output head quantized while loading (engine_model_params.quant_head).
+ * A tied head becomes a quantized copy: the embedding table stays as
+ * stored for the lookups.
+ */
+static engine_status quantize_head(engine_model *m, engine_quant q, const char *path, err_buf *e)
+{
+    q_spec spec;
+    if (!quant_spec_of(q, &spec))
+        return err_set(e, ENGINE_ERR_INVALID_ARG, "%s: unknown quantization %d for the output head", path, (int)q);
+    if (k_dtype_is_quant(m->lm_head.dtype))
+        return ENGINE_OK; /* stored quantized already */
+    engine_status st = owned_reserve(m, path, e);
+    const bool tied = m->lm_head.data == m->tok_emb.data;
+    char name[PATH_MAX + 32];
+    snprintf(name, sizeof name, "%s: the output head", path);
+    if (!st)
+        st = own_quantized(m, &m->lm_head, &spec, tied, name, e);
+    if (!st)
+        model_log(m, ENGINE_LOG_INFO, "%s: the output head quantized to %s while loading (%s%d x %d)", path,
+                  q_spec_name(&spec), tied ? "a copy of the tied embedding table, " : "", m->cfg.vocab_size,
+                  m->cfg.dim);
+    return st;
 }
 
 static engine_status load(engine_model *m, const char *path, err_buf *e)
@@ -250,6 +291,8 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
         st = quantize_on_load(m, p.quant, path, &e);
         m->weight_dtype = dominant_dtype(m);
     }
+    if (!st && p.quant_head != ENGINE_QUANT_NONE)
+        st = quantize_head(m, p.quant_head, path, &e);
 #ifdef ENGINE_HAVE_CUDA
     if (!st && m->device == ENGINE_DEVICE_CUDA) {
         st = cuda_model_create(m, p.vram_budget, &m->cuda, &e);
@@ -356,6 +399,7 @@ engine_status engine_model_get_info(const engine_model *m, engine_model_info *in
     info->weight_dtype = m->weight_dtype;
     info->device = m->device;
     info->tied_embeddings = m->lm_head.data == m->tok_emb.data;
+    info->head_dtype = dtype_label(m->lm_head.dtype);
     return ENGINE_OK;
 }
 

@@ -114,7 +114,7 @@ static void mat_bytes(uint64_t *off, const k_weight *const *parts, int np, k_dty
     carve(NULL, off, scales * sizeof(float), PLAN_ALIGN);
     if (f.t != K_I8)
         carve(NULL, off, 16 * sizeof(float), PLAN_ALIGN);
-    if (elems > *deq_elems)
+    if (deq_elems && elems > *deq_elems)
         *deq_elems = elems;
 }
 
@@ -157,7 +157,10 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
     start = off;
     if (m->lm_head.data != m->tok_emb.data) {
         const k_weight *head[] = {&m->lm_head};
-        mat_bytes(&off, head, 1, wt, ENGINE_QUANT_NONE, &w->deq_elems); /* --quant keeps lm_head */
+        /* --quant keeps lm_head (quant_head has already quantized it); prefill
+         * multiplies only the last row, through the decode product, so a
+         * quantized head is never decoded into the scratch matrix. */
+        mat_bytes(&off, head, 1, wt, ENGINE_QUANT_NONE, NULL);
     }
     vec_bytes(&off, &m->out_norm, K_F32);
     off = round_up(off, PLAN_ALIGN);

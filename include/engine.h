@@ -122,6 +122,14 @@ typedef struct engine_model_params {
      * host's rate, measured at load (default), 0 = none, N > 0 = N of them
      * (at most all the streamed). */
     int host_layers;
+    /* Quantize the output head while loading: ENGINE_QUANT_NONE (default)
+     * keeps it as stored. Decode reads the head once per token, as it reads
+     * every layer; an INT8 head reads half the bytes of a bf16 one (on a 1B
+     * model the head is half of a 4-bit model's bytes). llama.cpp's 4-bit
+     * files keep a 6-bit head the same way. A tied head becomes a quantized
+     * copy (the embedding table stays as stored for the lookups, so the
+     * model holds both). CUDA cannot stream a quantized head: it must fit. */
+    engine_quant quant_head;
 } engine_model_params;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
@@ -157,6 +165,7 @@ typedef struct engine_model_info {
     const char *weight_dtype; /* "f32", "f16", "bf16", "int8", "nf4", "fp4" (the layers' type) */
     engine_device device;     /* where the model runs: CPU or CUDA, never AUTO */
     int tied_embeddings;      /* 1 when the output matrix is the embedding table */
+    const char *head_dtype;   /* the output matrix's type, as weight_dtype */
 } engine_model_info;
 
 ENGINE_API engine_status engine_model_get_info(const engine_model *model, engine_model_info *info);

@@ -31,12 +31,15 @@
 #define SEQ 256
 #define BATCH 64
 
+static engine_quant head_quant; /* engine_model_params.quant_head of the models load() makes */
+
 static engine_model *load(const char *path, engine_device dev, engine_quant quant)
 {
     char err[512] = "";
     engine_model_params mp = engine_model_default_params();
     mp.device = dev;
     mp.quant = quant;
+    mp.quant_head = head_quant;
     mp.n_threads = 2;
     engine_model *m = NULL;
     engine_status st = engine_model_load(path, &mp, &m, err, sizeof err);
@@ -306,6 +309,16 @@ int main(void)
         snprintf(name, sizeof name, "qwen2_bf16 %s", quants[i].name);
         parity(name, test_data_path(path, sizeof path, "models/qwen2_bf16"), false, quants[i].q);
     }
+    /* An INT8 output head: tied (a quantized copy; the lookups keep the
+     * table) and untied. */
+    head_quant = ENGINE_QUANT_INT8;
+    parity("stories260K nf4, int8 head", test_src_path(path, sizeof path, "models/stories260K"), true,
+           ENGINE_QUANT_NF4);
+    parity("qwen2_bf16 int8, int8 head", test_data_path(path, sizeof path, "models/qwen2_bf16"), false,
+           ENGINE_QUANT_INT8);
+    parity("llama_f32 int8, int8 head", test_data_path(path, sizeof path, "models/llama_f32"), true,
+           ENGINE_QUANT_INT8);
+    head_quant = ENGINE_QUANT_NONE;
     sampled_generation(test_src_path(path, sizeof path, "models/stories260K"));
     greedy_stops(test_src_path(path, sizeof path, "models/stories260K"));
     static const struct {

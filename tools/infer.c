@@ -43,6 +43,8 @@ static const char USAGE[] =
     "  --device cpu|cuda|auto  where to run (default auto: the GPU when there is one)\n"
     "  --quant TYPE          quantize the layers' weights while loading (no file written):\n"
     "                        int8, int8-g128, nf4, nf4-dq (double-quantized absmax), fp4\n"
+    "  --quant-head TYPE     quantize the output head while loading (same types; default: as stored).\n"
+    "                        int8 halves the bytes a token reads there; a tied head gets a copy\n"
     "  --vram SIZE           most device memory to use, e.g. 8G, 7.5G, 800M\n"
     "                        (default: the device's free memory less 512 MiB)\n"
     "  --stream-layers N     stream at least N layers from host memory even where they would\n"
@@ -308,6 +310,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--quant")) {
             NEED_VALUE();
             if (cli_parse_quant(v, &mp.quant))
+                return bad_arg(a, v);
+        } else if (!strcmp(a, "--quant-head")) {
+            NEED_VALUE();
+            if (cli_parse_quant(v, &mp.quant_head))
                 return bad_arg(a, v);
         } else if (!strcmp(a, "--vram")) {
             NEED_VALUE();

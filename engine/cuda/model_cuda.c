@@ -294,7 +294,7 @@ static engine_status put_mat(cuda_mat *dst, const k_weight *const *parts, int np
     dst->scales = (float *)carve_at(base, off, scales * sizeof(float), &sc_at);
     if (p0->dtype != K_I8)
         dst->code = (float *)carve_at(base, off, 16 * sizeof(float), &code_at);
-    if (elems > *deq_elems)
+    if (deq_elems && elems > *deq_elems)
         *deq_elems = elems;
     for (int i = 0; !st && i < np; i++) {
         const k_weight *p = parts[i];
@@ -403,7 +403,7 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         cm->lm_head = (cuda_mat){.w = cm->tok_emb, .t = wt};
     } else if (!st) {
         const k_weight *head[] = {&m->lm_head};
-        st = put_mat(&cm->lm_head, head, 1, wt, base, &off, &res, &cm->deq_elems, "the output head", e);
+        st = put_mat(&cm->lm_head, head, 1, wt, base, &off, &res, NULL, "the output head", e); /* never decoded: as plan.c */
     }
     PUT(cm->out_norm, &m->out_norm, K_F32);
     PAD();
