@@ -135,9 +135,13 @@ __device__ __forceinline__ void load8(float *f, const float *v, int g, bool vec)
  * [2^11, 2^12): a partial sum of 8 products (|code| <= 1) then stays below
  * 2^15, inside fp16's range whatever the activations' size (outlier
  * features reach the thousands), and small inputs keep their precision.
- * Two passes over x (the second hits the cache): the scale needs the
- * maximum, and fp16 leaves no room to keep fp32 values here. Returns the
- * factor that undoes the scale, exact.
+ * The scale needs the maximum: in decode's chain of products the kernel
+ * that wrote x leaves max |x * norm| in *x_max, and staging is one pass
+ * (1 / rms, which the scale does not need, then multiplies the sums and
+ * rides on the last barrier); otherwise a first pass and a block
+ * reduction find it (fp16 leaves no room to keep fp32 values here, so the
+ * second pass reads x again, from the cache). Returns the factor that
+ * undoes the scale (and applies 1 / rms where it is not in the values).
  */
 template <int IN, int P>
 __device__ float stage_input(__half *xs, const float *x, const float *norm, int cols, float eps,
@@ -146,61 +150,53 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
     const bool rms = IN == GEMV_IN_RMSNORM;
     const bool vec = (uintptr_t)x % 16 == 0 && (!rms || (uintptr_t)norm % 16 == 0);
     const int n8 = cols / 8;
-    float ss = 0.0f, mx = 0.0f, v[8], g[8];
+    float ss = 0.0f, v[8], g[8];
+    /* Biased exponent e of the largest value: the scale is 2^(138 - e). At
+     * least 12 keeps both factors normal; inf (e = 255) stays inf. */
+    int e;
+    float f; /* what x * norm is multiplied by */
     if (x_max) {
-        /* The kernel that wrote x left max |x * norm| (or |x|): one pass, and
-         * 1 / rms, which the scale does not need, rides on the last barrier. */
-        const int e = max((int)((*x_max >> 23) & 0xff), 12);
-        const float scale = __int_as_float((265 - e) << 23);
-#pragma unroll 2
+        e = max((int)((*x_max >> 23) & 0xff), 12);
+        f = __int_as_float((265 - e) << 23);
+    } else {
+        float mx = 0.0f;
         for (int j = threadIdx.x; j < n8; j += blockDim.x) {
             load8(v, x, j, vec);
             if (rms)
                 load8(g, norm, j, vec);
-            __half2 h[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                if (rms) {
-                    ss += v[2 * i] * v[2 * i] + v[2 * i + 1] * v[2 * i + 1];
-                    h[i] = __floats2half2_rn(v[2 * i] * g[2 * i] * scale, v[2 * i + 1] * g[2 * i + 1] * scale);
-                } else {
-                    h[i] = __floats2half2_rn(v[2 * i] * scale, v[2 * i + 1] * scale);
-                }
+            for (int i = 0; i < 8; i++) {
+                if (rms)
+                    ss += v[i] * v[i];
+                mx = fmaxf(mx, fabsf(rms ? v[i] * g[i] : v[i]));
             }
-            *reinterpret_cast<uint4 *>(xs + 8 * j + 8 * j / P * 8) = *reinterpret_cast<const uint4 *>(h);
         }
-        return publish_input<IN>(ss, cols, eps) * __int_as_float((e - 11) << 23);
+        const float2 r = block_sum_max(ss, mx);
+        const float inv = rms ? rsqrtf(r.x / cols + eps) : 1.0f;
+        e = max((__float_as_int(r.y * inv) >> 23) & 0xff, 12);
+        f = inv * __int_as_float((265 - e) << 23);
+        ss = 0.0f;
     }
-    for (int j = threadIdx.x; j < n8; j += blockDim.x) {
-        load8(v, x, j, vec);
-        if (rms)
-            load8(g, norm, j, vec);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            if (rms)
-                ss += v[i] * v[i];
-            mx = fmaxf(mx, fabsf(rms ? v[i] * g[i] : v[i]));
-        }
-    }
-    const float2 r = block_sum_max(ss, mx);
-    const float inv = rms ? rsqrtf(r.x / cols + eps) : 1.0f;
-    /* Biased exponent e of the largest value: the scale is 2^(138 - e). At
-     * least 12 keeps both factors normal; inf (e = 255) stays inf. */
-    const int e = max((__float_as_int(r.y * inv) >> 23) & 0xff, 12);
-    const float scale = __int_as_float((265 - e) << 23), f = inv * scale;
+#pragma unroll 2
     for (int j = threadIdx.x; j < n8; j += blockDim.x) {
         load8(v, x, j, vec);
         if (rms)
             load8(g, norm, j, vec);
         __half2 h[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 4; i++) {
+            if (rms && x_max)
+                ss += v[2 * i] * v[2 * i] + v[2 * i + 1] * v[2 * i + 1];
             h[i] = rms ? __floats2half2_rn(v[2 * i] * g[2 * i] * f, v[2 * i + 1] * g[2 * i + 1] * f)
                        : __floats2half2_rn(v[2 * i] * f, v[2 * i + 1] * f);
+        }
         *reinterpret_cast<uint4 *>(xs + 8 * j + 8 * j / P * 8) = *reinterpret_cast<const uint4 *>(h); /* P: 32 */
     }
+    const float undo = __int_as_float((e - 11) << 23);
+    if (x_max)
+        return publish_input<IN>(ss, cols, eps) * undo;
     __syncthreads();
-    return __int_as_float((e - 11) << 23);
+    return undo;
 }
 
 /*
