@@ -49,9 +49,11 @@ typedef struct out_part {
 
 typedef struct plan {
     const st_set *in;
-    q_spec spec;
+    q_spec spec;          /* the layers' format                      */
+    q_spec head_spec;     /* the output head's (type 0: kept)         */
     size_t n_src;
-    bool *quant;          /* [n_src] quantize this source tensor */
+    const q_spec **quant; /* [n_src] the format of this source, or NULL: copied */
+    size_t tied_src;      /* the embedding table that also gives a quantized lm_head, or n_src */
     out_part *parts;
     size_t n_parts, cap_parts;
     int n_shards;
@@ -137,40 +139,47 @@ static bool wants_quant(const st_tensor *t, const engine_quantize_params *qp)
     return true;
 }
 
-/* Every output tensor of source i. */
-static engine_status plan_source(plan *p, size_t i, err_buf *e)
+/* The output tensors of source i quantized as q, named after base. */
+static engine_status plan_quantized(plan *p, size_t i, const char *base, const q_spec *q, err_buf *e)
 {
     const st_tensor *t = st_at(p->in, i);
     engine_status st;
-    if (!p->quant[i]) {
-        if ((st = add_part(p, t->name, "", t->dtype, 1, 0, 0, P_COPY, i, e)))
-            return st;
-        out_part *o = &p->parts[p->n_parts - 1];
-        o->n_dims = t->n_dims;
-        memcpy(o->shape, t->shape, sizeof o->shape);
-        o->nbytes = t->nbytes;
-        return ENGINE_OK;
-    }
     const int64_t rows = t->shape[0], cols = t->shape[1], n = rows * cols;
-    if (p->spec.type == K_I8) {
-        if ((st = add_part(p, t->name, "", ST_I8, 2, rows, cols, P_DATA, i, e)))
+    if (q->type == K_I8) {
+        if ((st = add_part(p, base, "", ST_I8, 2, rows, cols, P_DATA, i, e)))
             return st;
-        return add_part(p, t->name, ".scales", ST_F32, 2, rows, (int64_t)q_int8_n_groups((int)cols, p->spec.group),
-                        P_SCALES, i, e);
+        return add_part(p, base, ".scales", ST_F32, 2, rows, (int64_t)q_int8_n_groups((int)cols, q->group), P_SCALES,
+                        i, e);
     }
     const int64_t nb = (n + Q_NF4_BLOCK - 1) / Q_NF4_BLOCK, nn = (nb + Q_NESTED_BLOCK - 1) / Q_NESTED_BLOCK;
     char js[512];
-    const int jlen = state_json(js, sizeof js, &p->spec, t->dtype, (int)rows, (int)cols, 0.0f);
-    if ((st = add_part(p, t->name, "", ST_U8, 2, (n + 1) / 2, 1, P_DATA, i, e)) ||
-        (st = add_part(p, t->name, ".absmax", p->spec.double_quant ? ST_U8 : ST_F32, 1, nb, 0, P_ABSMAX, i, e)) ||
-        (st = add_part(p, t->name, ".quant_map", ST_F32, 1, 16, 0, P_QMAP, i, e)))
+    const int jlen = state_json(js, sizeof js, q, t->dtype, (int)rows, (int)cols, 0.0f);
+    if ((st = add_part(p, base, "", ST_U8, 2, (n + 1) / 2, 1, P_DATA, i, e)) ||
+        (st = add_part(p, base, ".absmax", q->double_quant ? ST_U8 : ST_F32, 1, nb, 0, P_ABSMAX, i, e)) ||
+        (st = add_part(p, base, ".quant_map", ST_F32, 1, 16, 0, P_QMAP, i, e)))
         return st;
-    if (p->spec.double_quant &&
-        ((st = add_part(p, t->name, ".nested_absmax", ST_F32, 1, nn, 0, P_NABS, i, e)) ||
-         (st = add_part(p, t->name, ".nested_quant_map", ST_F32, 1, 256, 0, P_NMAP, i, e))))
+    if (q->double_quant && ((st = add_part(p, base, ".nested_absmax", ST_F32, 1, nn, 0, P_NABS, i, e)) ||
+                            (st = add_part(p, base, ".nested_quant_map", ST_F32, 1, 256, 0, P_NMAP, i, e))))
         return st;
-    return add_part(p, t->name, p->spec.type == K_FP4 ? ".quant_state.bitsandbytes__fp4" : ".quant_state.bitsandbytes__nf4",
+    return add_part(p, base, q->type == K_FP4 ? ".quant_state.bitsandbytes__fp4" : ".quant_state.bitsandbytes__nf4",
                     ST_U8, 1, jlen, 0, P_STATE, i, e);
+}
+
+/* Every output tensor of source i: as stored, quantized, or (the tied
+ * table) as stored and quantized again as lm_head. */
+static engine_status plan_source(plan *p, size_t i, err_buf *e)
+{
+    const st_tensor *t = st_at(p->in, i);
+    if (p->quant[i] && i != p->tied_src)
+        return plan_quantized(p, i, t->name, p->quant[i], e);
+    engine_status st = add_part(p, t->name, "", t->dtype, 1, 0, 0, P_COPY, i, e);
+    if (st)
+        return st;
+    out_part *o = &p->parts[p->n_parts - 1];
+    o->n_dims = t->n_dims;
+    memcpy(o->shape, t->shape, sizeof o->shape);
+    o->nbytes = t->nbytes;
+    return i == p->tied_src ? plan_quantized(p, i, "lm_head.weight", p->quant[i], e) : ENGINE_OK;
 }
 
 /* Shards by source tensor (a tensor's parts stay together), then offsets by
@@ -318,14 +327,16 @@ static engine_status write_source(const plan *p, size_t i, size_t first, const i
     snprintf(what, sizeof what, "%s: tensor '%s'", st_file_path(p->in, t->shard), t->name);
     q_weight qw;
     memset(&qw, 0, sizeof qw);
-    info->name = t->name;
-    info->quantized = p->quant[i];
+    info->name = i == p->tied_src ? "lm_head.weight (quantized from the tied model.embed_tokens.weight, kept too)"
+                                  : t->name;
+    const q_spec *q = p->quant[i];
+    info->quantized = q != NULL;
     info->bytes_in = t->nbytes;
     k_weight src = {t->data, t->dtype == ST_F16 ? K_F16 : t->dtype == ST_BF16 ? K_BF16 : K_F32,
-                    p->quant[i] ? (int)t->shape[0] : 0, p->quant[i] ? (int)t->shape[1] : 0};
+                    q ? (int)t->shape[0] : 0, q ? (int)t->shape[1] : 0};
     engine_status st = ENGINE_OK;
-    if (p->quant[i]) {
-        if ((st = q_quantize_weight(&src, &p->spec, n_threads, &qw, what, e)))
+    if (q) {
+        if ((st = q_quantize_weight(&src, q, n_threads, &qw, what, e)))
             return st;
         q_error qe;
         q_measure_error(&src, &qw.w, n_threads, &qe);
@@ -346,7 +357,7 @@ static engine_status write_source(const plan *p, size_t i, size_t first, const i
         case P_NABS: bytes = qw.w.absmax_scale; break;
         case P_NMAP: bytes = qw.w.absmax_code; break;
         case P_STATE: {
-            const int n = state_json(js, sizeof js, &p->spec, t->dtype, src.rows, src.cols, qw.w.absmax_offset);
+            const int n = state_json(js, sizeof js, q, t->dtype, src.rows, src.cols, qw.w.absmax_offset);
             if (!isfinite(qw.w.absmax_offset) || n < 0 || (uint64_t)n != o->nbytes)
                 st = err_set(e, ENGINE_ERR_FORMAT, "%s: non-finite absmax offset; cannot quantize it", what);
             bytes = js;
@@ -396,8 +407,21 @@ static engine_status quantize_run(plan *p, st_set *set, const char *dir, const c
     p->quant = calloc(p->n_src ? p->n_src : 1, sizeof *p->quant);
     if (!p->quant)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "quantize: out of memory");
+    /* The head: lm_head.weight, or a tied model's table, quantized into a
+     * new lm_head.weight beside it (the loader prefers a stored lm_head). */
+    p->tied_src = p->n_src;
+    const st_tensor *head = st_find(set, "lm_head.weight"), *table = st_find(set, "model.embed_tokens.weight");
+    const bool dense_head = head && head->n_dims == 2 && (head->dtype == ST_F32 || head->dtype == ST_F16 || head->dtype == ST_BF16);
+    const bool dense_table = table && table->n_dims == 2 && (table->dtype == ST_F32 || table->dtype == ST_F16 || table->dtype == ST_BF16);
     for (size_t i = 0; i < p->n_src; i++) {
-        p->quant[i] = wants_quant(st_at(set, i), qp);
+        const st_tensor *t = st_at(set, i);
+        if (wants_quant(t, qp))
+            p->quant[i] = &p->spec;
+        else if (p->head_spec.type && ((head && t == head && dense_head) || (!head && t == table && dense_table))) {
+            p->quant[i] = &p->head_spec;
+            if (!head)
+                p->tied_src = i;
+        }
         if ((st = plan_source(p, i, e)))
             return st;
     }
@@ -450,7 +474,7 @@ static engine_status quantize_run(plan *p, st_set *set, const char *dir, const c
         st = write_source(p, i, k, fds, data_start, n_threads, &info, e);
         in_bytes += info.bytes_in;
         out_bytes += info.bytes_out;
-        n_quant += p->quant[i];
+        n_quant += p->quant[i] != NULL;
         if (!st && qp->on_tensor)
             qp->on_tensor(&info, qp->user);
     }
@@ -504,6 +528,9 @@ engine_status engine_quantize(const char *in, const char *out, const engine_quan
         st = err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_quantize: in and out must not be NULL");
     } else if (!quant_spec_of(qp.type, &p.spec)) {
         st = err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_quantize: unknown quantization type %d", (int)qp.type);
+    } else if (qp.head_type != ENGINE_QUANT_NONE && !quant_spec_of(qp.head_type, &p.head_spec)) {
+        st = err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_quantize: unknown quantization type %d for the output head",
+                     (int)qp.head_type);
     } else if (stat(out, &sb) == 0) {
         st = err_set(&e, ENGINE_ERR_IO, "%s: already exists; give a new folder name", out);
     } else if (!(st = model_resolve_paths(in, dir, weights, &e)) && !(st = st_open(weights, &set, &e))) {

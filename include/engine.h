@@ -383,6 +383,11 @@ typedef struct engine_quantize_params {
     int n_threads;              /* 0 = all cores                                     */
     engine_quantize_fn on_tensor; /* progress; may be NULL                          */
     void *user;
+    /* The output head too, in this format (default ENGINE_QUANT_NONE: kept
+     * as stored): lm_head.weight, or for a tied model a new lm_head.weight
+     * quantized from the embedding table, which stays as stored. Loads as
+     * engine_model_params.quant_head makes it. */
+    engine_quant head_type;
 } engine_quantize_params;
 
 typedef struct engine_quantize_stats {

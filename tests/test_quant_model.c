@@ -173,7 +173,8 @@ static void check_model(const char *label, const char *path, const int32_t *ids,
 }
 
 /* engine_quantize's output, read back, equals quantizing while loading. */
-static void check_files(const char *path, engine_quant q, const char *qname, const int32_t *ids, size_t n)
+static void check_files(const char *path, engine_quant q, engine_quant head, const char *qname, const int32_t *ids,
+                        size_t n)
 {
     char out[256];
     snprintf(out, sizeof out, "%s/test_quant_model_%d_%s", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
@@ -181,6 +182,7 @@ static void check_files(const char *path, engine_quant q, const char *qname, con
     char err[512] = "";
     engine_quantize_params qp = engine_quantize_default_params();
     qp.type = q;
+    qp.head_type = head;
     qp.n_threads = 2;
     qp.max_shard_bytes = 100000; /* several shards even for the tiny models */
     engine_quantize_stats stats;
@@ -189,10 +191,14 @@ static void check_files(const char *path, engine_quant q, const char *qname, con
     if (st)
         return;
     CHECK(stats.n_quantized > 0 && stats.bytes_out < stats.bytes_in && stats.n_shards > 1);
-    engine_model *a = load(out, ENGINE_QUANT_NONE, ENGINE_QUANT_NONE), *b = load(path, q, ENGINE_QUANT_NONE);
+    engine_model *a = load(out, ENGINE_QUANT_NONE, ENGINE_QUANT_NONE), *b = load(path, q, head);
     if (a && b) {
-        engine_model_info ia;
+        engine_model_info ia, ib;
         engine_model_get_info(a, &ia);
+        engine_model_get_info(b, &ib);
+        CHECK_MSG(!strcmp(ia.head_dtype, ib.head_dtype) && ia.tied_embeddings == ib.tied_embeddings,
+                  "%s: the written head is %s (tied %d), on-load %s (tied %d)", qname, ia.head_dtype,
+                  ia.tied_embeddings, ib.head_dtype, ib.tied_embeddings);
         float *la = malloc(n * ia.vocab_size * sizeof *la), *lb = malloc(n * ia.vocab_size * sizeof *lb);
         CHECK(run_logits(a, ids, n, ia.vocab_size, la) == 0 && run_logits(b, ids, n, ia.vocab_size, lb) == 0);
         CHECK_MSG(memcmp(la, lb, n * ia.vocab_size * sizeof *la) == 0,
@@ -311,8 +317,9 @@ int main(void)
     test_src_path(path, sizeof path, "models/stories260K");
     if (n > 1) {
         check_model("stories260K", path, ids, n, 0);
-        check_files(path, ENGINE_QUANT_NF4_DQ, "nf4-dq", ids, 64);
-        check_files(path, ENGINE_QUANT_INT8_G128, "int8-g128", ids, 64);
+        check_files(path, ENGINE_QUANT_NF4_DQ, ENGINE_QUANT_NONE, "nf4-dq", ids, 64);
+        check_files(path, ENGINE_QUANT_INT8_G128, ENGINE_QUANT_NONE, "int8-g128", ids, 64);
+        check_files(path, ENGINE_QUANT_NF4, ENGINE_QUANT_INT8, "nf4-head-int8", ids, 64); /* tied */
     }
     json_decref(ref);
     check_refusals(path);
@@ -330,8 +337,10 @@ int main(void)
             continue;
         n = sequence(r, ids, 512);
         check_model(fixtures[i], dir, ids, n, 1);
-        if (i == 3)
-            check_files(dir, ENGINE_QUANT_FP4, "fp4", ids, n);
+        if (i == 3) {
+            check_files(dir, ENGINE_QUANT_FP4, ENGINE_QUANT_NONE, "fp4", ids, n);
+            check_files(dir, ENGINE_QUANT_INT8, ENGINE_QUANT_NF4, "int8-head-nf4", ids, n); /* untied */
+        }
         json_decref(r);
     }
     check_bnb("llama_bnb_nf4_dq");

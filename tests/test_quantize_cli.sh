@@ -59,6 +59,17 @@ grep -q "28 of 47 tensors quantized" "$T/o" || fail "--skip: $(cat "$T/o")"
 [ -s "$T/e" ] && fail "--quiet still printed: $(head -1 "$T/e")"
 "$INFER" "$T/int8" --device cpu --prompt "Once upon a time" -n 8 >/dev/null 2>"$T/e" || fail "infer on sharded int8: $(cat "$T/e")"
 
+# --quant-head: the tied table stays, a quantized lm_head joins it; the
+# tokens equal those of quantizing the head while loading.
+"$QUANTIZE" "$MODEL" "$T/head" --type nf4 --quant-head int8 >"$T/o" 2>"$T/e" || fail "quantize --quant-head exited $?: $(cat "$T/e")"
+grep -q "36 of 47 tensors quantized (nf4, the head int8)" "$T/o" || fail "--quant-head: $(cat "$T/o")"
+grep -q "lm_head.weight (quantized from the tied model.embed_tokens.weight" "$T/e" || fail "--quant-head: $(grep lm_head "$T/e")"
+a=$("$INFER" "$T/head" --device cpu --prompt "Once upon a time" -n 30 --json 2>"$T/e" | tail -n 1) || fail "infer on the head file: $(cat "$T/e")"
+b=$("$INFER" "$MODEL" --device cpu --quant nf4 --quant-head int8 --prompt "Once upon a time" -n 30 --json 2>/dev/null | tail -n 1)
+[ -n "$a" ] && [ "$(jq -c .generated_ids <<<"$a")" = "$(jq -c .generated_ids <<<"$b")" ] ||
+  fail "file and on-load int8 head differ: $(jq -c .generated_ids <<<"$a") vs $(jq -c .generated_ids <<<"$b")"
+expect_error 2 "$T/bad" "$MODEL" "$T/bad" --type nf4 --quant-head int3
+
 # --- corrupted quantized files: infer fails with one line naming the file ------
 corrupt() { # what perl-substitution expected-message
   rm -rf "$T/c"

@@ -1,7 +1,7 @@
 /*
  * quantize: write a quantized copy of a Hugging Face checkpoint.
  *
- *   quantize IN OUT --type int8|int8-g128|nf4|fp4 [--double-quant] [--skip PATTERN]...
+ *   quantize IN OUT --type int8|int8-g128|nf4|fp4 [--double-quant] [--quant-head TYPE] [--skip PATTERN]...
  *
  * Progress and per-tensor error statistics go to stderr, the summary (size
  * before and after) to stdout. A thin client of include/engine.h
@@ -26,7 +26,9 @@ static const char USAGE[] =
     "                        (bitsandbytes 4-bit, the layout transformers saves; docs/FORMATS.md)\n"
     "  --double-quant        nf4/fp4: store the block absmax in 8 bits (bitsandbytes' nested quantization)\n"
     "  --skip PATTERN        keep tensors whose name matches this glob as stored (repeatable),\n"
-    "                        e.g. --skip 'model.layers.0.*'; embeddings, norms and lm_head are always kept\n"
+    "                        e.g. --skip 'model.layers.0.*'; embeddings and norms are always kept\n"
+    "  --quant-head TYPE     the output head too, in TYPE (int8, int8-g128, nf4, nf4-dq, fp4; default:\n"
+    "                        kept as stored); a tied model gets a quantized lm_head beside its table\n"
     "  --shard-size SIZE     start a new shard past SIZE bytes, e.g. 4G, 500M (default 4G)\n"
     "  --threads N           CPU threads (default: all cores)\n"
     "  -q, --quiet           no per-tensor lines\n"
@@ -60,12 +62,13 @@ static int run(int argc, char **argv, const char **skip)
 {
     const char *in = NULL, *out = NULL, *type = NULL;
     int double_quant = 0;
+    const char *head_arg = NULL;
     progress prog = {0};
     engine_quantize_params qp = engine_quantize_default_params();
     size_t n_skip = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int needs = !strcmp(a, "--type") || !strcmp(a, "--skip") || !strcmp(a, "--shard-size") ||
+        int needs = !strcmp(a, "--type") || !strcmp(a, "--skip") || !strcmp(a, "--shard-size") || !strcmp(a, "--quant-head") ||
                     !strcmp(a, "--threads");
         if (needs && !v) {
             fprintf(stderr, "quantize: %s needs a value (see quantize --help)\n", a);
@@ -78,6 +81,11 @@ static int run(int argc, char **argv, const char **skip)
             type = argv[++i];
         } else if (!strcmp(a, "--double-quant")) {
             double_quant = 1;
+        } else if (!strcmp(a, "--quant-head")) {
+            if (cli_parse_quant(v, &qp.head_type))
+                return bad_arg(a, v);
+            head_arg = v;
+            i++;
         } else if (!strcmp(a, "--skip")) {
             skip[n_skip++] = argv[++i];
         } else if (!strcmp(a, "--shard-size")) {
@@ -136,8 +144,12 @@ static int run(int argc, char **argv, const char **skip)
         fprintf(stderr, "quantize: %s\n", err);
         return 1;
     }
-    printf("quantize: %s -> %s: %zu of %zu tensors quantized (%s), %.2f MiB -> %.2f MiB (%.1f%%), %d shard%s\n", in,
-           out, stats.n_quantized, stats.n_tensors, double_quant ? "nf4, double-quant" : type, stats.bytes_in / 1048576.0, stats.bytes_out / 1048576.0,
+    char head[64] = "";
+    if (qp.head_type != ENGINE_QUANT_NONE)
+        snprintf(head, sizeof head, ", the head %s", head_arg);
+    printf("quantize: %s -> %s: %zu of %zu tensors quantized (%s%s), %.2f MiB -> %.2f MiB (%.1f%%), %d shard%s\n",
+           in, out, stats.n_quantized, stats.n_tensors, double_quant ? "nf4, double-quant" : type, head,
+           stats.bytes_in / 1048576.0, stats.bytes_out / 1048576.0,
            stats.bytes_in ? 100.0 * stats.bytes_out / stats.bytes_in : 0.0, stats.n_shards,
            stats.n_shards == 1 ? "" : "s");
     return 0;
