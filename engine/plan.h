@@ -43,6 +43,10 @@ typedef struct plan_weights {
  */
 engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weights *w, err_buf *e);
 
+/* Decode's products pass the largest value of their output to the next
+ * product (gemv_args.x_max): 4 slots a layer and one for the head. */
+#define PLAN_IN_MAX_SLOTS(n_layers) (4 * (uint64_t)(n_layers) + 1)
+
 /*
  * The activation region of a CUDA session: every buffer planned once, in
  * this order. One function both sizes it (base NULL) for the planner and
@@ -50,10 +54,6 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
  * is launch_argmax_scratch() there, PLAN_ARGMAX_SCRATCH here. Returns the
  * bytes; out (may be NULL) gets the buffers.
  */
-/* Decode's products pass the largest value of their output to the next
- * product (gemv_args.x_max): 4 slots a layer and one for the head. */
-#define PLAN_IN_MAX_SLOTS(n_layers) (4 * (uint64_t)(n_layers) + 1)
-
 typedef struct plan_session_bufs {
     void *x;         /* [n_batch, dim] f32 residual stream      */
     void *act;       /* [n_batch, widest] wt                    */

@@ -50,7 +50,7 @@ typedef struct out_part {
 typedef struct plan {
     const st_set *in;
     q_spec spec;          /* the layers' format                      */
-    q_spec head_spec;     /* the output head's (type 0: kept)         */
+    q_spec head_spec;     /* the output head's, when head_type asks  */
     size_t n_src;
     const q_spec **quant; /* [n_src] the format of this source, or NULL: copied */
     size_t tied_src;      /* the embedding table that also gives a quantized lm_head, or n_src */
@@ -127,11 +127,17 @@ static engine_status add_part(plan *p, const char *base, const char *suffix, st_
     return ENGINE_OK;
 }
 
+/* A matrix in a floating type: what can be quantized. */
+static bool dense_matrix(const st_tensor *t)
+{
+    return t && t->n_dims == 2 && (t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16) &&
+           t->shape[0] <= INT32_MAX && t->shape[1] <= INT32_MAX;
+}
+
 static bool wants_quant(const st_tensor *t, const engine_quantize_params *qp)
 {
     const size_t len = strlen(t->name), k = strlen("_proj.weight");
-    if (t->n_dims != 2 || (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) || len < k ||
-        strcmp(t->name + len - k, "_proj.weight") != 0 || t->shape[0] > INT32_MAX || t->shape[1] > INT32_MAX)
+    if (!dense_matrix(t) || len < k || strcmp(t->name + len - k, "_proj.weight") != 0)
         return false;
     for (size_t i = 0; i < qp->n_skip; i++)
         if (qp->skip[i] && fnmatch(qp->skip[i], t->name, 0) == 0)
@@ -410,14 +416,13 @@ static engine_status quantize_run(plan *p, st_set *set, const char *dir, const c
     /* The head: lm_head.weight, or a tied model's table, quantized into a
      * new lm_head.weight beside it (the loader prefers a stored lm_head). */
     p->tied_src = p->n_src;
-    const st_tensor *head = st_find(set, "lm_head.weight"), *table = st_find(set, "model.embed_tokens.weight");
-    const bool dense_head = head && head->n_dims == 2 && (head->dtype == ST_F32 || head->dtype == ST_F16 || head->dtype == ST_BF16);
-    const bool dense_table = table && table->n_dims == 2 && (table->dtype == ST_F32 || table->dtype == ST_F16 || table->dtype == ST_BF16);
+    const st_tensor *head = st_find(set, "lm_head.weight");
+    const st_tensor *src_head = head ? head : st_find(set, "model.embed_tokens.weight");
     for (size_t i = 0; i < p->n_src; i++) {
         const st_tensor *t = st_at(set, i);
         if (wants_quant(t, qp))
             p->quant[i] = &p->spec;
-        else if (p->head_spec.type && ((head && t == head && dense_head) || (!head && t == table && dense_table))) {
+        else if (qp->head_type != ENGINE_QUANT_NONE && t == src_head && dense_matrix(t)) {
             p->quant[i] = &p->head_spec;
             if (!head)
                 p->tied_src = i;

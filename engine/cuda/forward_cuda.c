@@ -109,6 +109,33 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
                          feed ? &f : NULL);
 }
 
+/*
+ * Where product k of layer l (0 q/k/v, 1 o, 2 gate/up, 3 down; layer
+ * n_layers: the head) finds the largest value of its input, left by the
+ * GPU kernel that wrote that input (gemv_args.x_max), or NULL. Only the
+ * 4-bit products use it (they stage in fp16, under a scale); the q/k/v
+ * product after the embedding or after a CPU-computed layer has no such
+ * writer.
+ */
+static uint32_t *max_slot(cuda_session *cs, int l, int k, const cuda_mat *reader)
+{
+    if ((reader->t != K_NF4 && reader->t != K_FP4) || (k == 0 && (l == 0 || stream_hosted(cs, l - 1))))
+        return NULL;
+    return cs->in_max + 4 * (size_t)l + k;
+}
+
+/* Whether any product of the step gets its input's maximum that way. */
+static bool any_max_slot(cuda_session *cs, int n_layers)
+{
+    for (int l = 0; l < n_layers; l++) {
+        const cuda_layer *D = &cs->layers[l];
+        if (max_slot(cs, l, 0, &D->wqkv) || max_slot(cs, l, 1, &D->wo) || max_slot(cs, l, 2, &D->w_gu) ||
+            max_slot(cs, l, 3, &D->w_down))
+            return true;
+    }
+    return max_slot(cs, n_layers, 0, &cs->cm->lm_head) != NULL;
+}
+
 /* One token: every launch here is captured into the decode graph. */
 static int decode_launches(cuda_session *cs, const engine_session *s)
 {
@@ -120,16 +147,17 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
     const float eps = (float)c->rms_eps;
 
     TRY(stream_begin(cs, s, 1, false, true));
-    /* The products' output maxima (see gemv_args.x_max) start at zero. */
-    if (cudaMemsetAsync(cs->in_max, 0, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), lc->stream) != cudaSuccess)
+    /* The maxima the kernels post (max_slot) start at zero. */
+    if (any_max_slot(cs, c->n_layers) &&
+        cudaMemsetAsync(cs->in_max, 0, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), lc->stream) != cudaSuccess)
         return launch_fail(lc, "decode: clearing the input maxima: %s", cudaGetErrorString(cudaGetLastError()));
     TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
-        uint32_t *slot = cs->in_max + 4 * (size_t)l, *next_slot = slot + 4;
-        /* The next layer's products (or the head) read x after this layer's; both on the GPU? */
-        const bool next_gpu = l + 1 == c->n_layers || !stream_hosted(cs, l + 1);
-        const float *next_norm = l + 1 < c->n_layers ? cs->layers[l + 1].attn_norm : cs->cm->out_norm;
+        /* The product that reads x after this layer, and its norm. */
+        const bool last = l + 1 == c->n_layers;
+        const cuda_mat *reader = last ? &cs->cm->lm_head : &cs->layers[l + 1].wqkv;
+        const float *next_norm = last ? cs->cm->out_norm : cs->layers[l + 1].attn_norm;
         TRY(stream_before_layer(cs, l));
         rope_qkv_args ra = rope_args(cs, s, l, 1);
         if (stream_hosted(cs, l)) { /* the CPU's products around the GPU's attention */
@@ -141,29 +169,29 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
             continue;
         }
         gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = GEMV_IN_RMSNORM, .x = cs->x,
-                         .norm = D->attn_norm, .eps = eps, .x_max = l > 0 && !stream_hosted(cs, l - 1) ? slot : NULL};
+                         .norm = D->attn_norm, .eps = eps, .x_max = max_slot(cs, l, 0, &D->wqkv)};
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
-        ra.out_max = slot + 1;
+        ra.out_max = max_slot(cs, l, 1, &D->wo);
         TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
         gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
-                       .x = cs->att, .x_max = slot + 1, .y_max = slot + 2, .y_max_norm = D->ffn_norm};
+                       .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),
+                       .y_max_norm = D->ffn_norm};
         set_mat(&o, &D->wo);
         TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
-                        .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = slot + 2,
-                        .y_max = slot + 3};
+                        .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,
+                        .y_max = max_slot(cs, l, 3, &D->w_down)};
         set_mat(&gu, &D->w_gu);
         TRY(launch_gemv(lc, &gu));
         gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
-                          .in = GEMV_IN_F32, .x = cs->gu, .x_max = slot + 3, .y_max = next_gpu ? next_slot : NULL,
+                          .in = GEMV_IN_F32, .x = cs->gu, .x_max = gu.y_max, .y_max = max_slot(cs, l + 1, 0, reader),
                           .y_max_norm = next_norm};
         set_mat(&down, &D->w_down);
         TRY(launch_gemv(lc, &down));
         TRY(stream_after_layer(cs, l));
     }
-    const bool last_gpu = c->n_layers > 0 && !stream_hosted(cs, c->n_layers - 1);
-    TRY(head(cs, s, 1, true, last_gpu ? cs->in_max + 4 * (size_t)c->n_layers : NULL));
+    TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
     return stream_end(cs);
 }
 
