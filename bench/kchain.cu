@@ -19,7 +19,19 @@
  * design. (a) and (b) run as CUDA graphs of `steps` launches, (c) as one
  * launch; per step = that time / steps.
  *
- *   kchain [--steps N] [--weights BYTES]    (default 1000, 9.5e6: an 8B nf4 o-projection)
+ * (d) `bulk`: the weights step with one block an SM, its share of the
+ * weights coming through the bulk copy engine into a ring of --ring KB of
+ * shared memory, every slot's copy issued before the wait (so up to
+ * 132 x ring bytes are in flight while the previous step runs); --carveout
+ * asks for that shared-memory carveout (100: the next step's block fits
+ * beside this one), --trace stamps each step's first start, first return
+ * from the wait, last block done staging and last end (%globaltimer) for
+ * steps 100-105 of one more replay. bench/RESULTS.md (2026-11-25) has what
+ * it found: the input's reads after the wait queue behind the weights in
+ * flight, so a deeper prefetch lengthens the staging by as much as it saves.
+ *
+ *   kchain [--steps N] [--weights BYTES] [--ring KB] [--carveout PCT] [--trace]
+ *   (defaults 1000 steps, 9.5e6 bytes: an 8B nf4 o-projection; ring 64)
  */
 #include <algorithm>
 #include <cstdio>
@@ -50,6 +62,7 @@ struct chain_args {
     int w_slices;           /* slices before the weights wrap around */
     unsigned *bar_count;    /* grid barrier (persistent kernel) */
     unsigned *bar_gen;
+    unsigned long long *trace; /* bulk, optional: [steps][4] first start, first wait done, last stage done, last end */
 };
 
 /* Weight loads issued before the wait (they do not depend on the previous step), summed after. */
@@ -161,6 +174,112 @@ template <int MODE> __global__ void __launch_bounds__(THREADS) k_persistent(chai
     }
 }
 
+/* ---- (d) weights through the bulk copy engine into a shared-memory ring ---- */
+
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void bar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+/* Copy `bytes` (a multiple of 16, both ends 16-byte aligned) to shared memory; `bar` completes when they land. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+__device__ __forceinline__ void bar_wait(uint64_t *bar, unsigned parity)
+{
+    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
+                     smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+#define BULK_STAGE 16384
+#define BULK_MAX_STAGES 16
+
+/*
+ * One block an SM; its share of the step's weights is contiguous and comes
+ * in BULK_STAGE pieces through a ring of `nst` slots, every slot's copy
+ * issued before the wait, so a block has its whole ring in flight while
+ * the previous step still runs (the ring is small enough for the next
+ * step's block to sit beside this one).
+ */
+__device__ __forceinline__ unsigned long long gtime()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void __launch_bounds__(THREADS) k_bulk(chain_args a, int step, int nst)
+{
+    unsigned long long *tr = a.trace ? a.trace + 4 * (size_t)step : nullptr;
+    if (tr && threadIdx.x == 0)
+        atomicMin(&tr[0], gtime());
+    extern __shared__ __align__(128) unsigned char sm[];
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sm);
+    float *xs = reinterpret_cast<float *>(sm + 128);
+    unsigned char *ring = sm + 128 + COLS * sizeof(float);
+    const size_t units = (a.w_per_step + gridDim.x - 1) / gridDim.x; /* 16-byte units a block */
+    const size_t first = blockIdx.x * units;
+    const size_t mine = first >= a.w_per_step ? 0 : (first + units > a.w_per_step ? a.w_per_step - first : units);
+    const unsigned char *src = reinterpret_cast<const unsigned char *>(a.w + (size_t)(step % a.w_slices) * a.w_per_step + first);
+    const size_t bytes = mine * 16;
+    const int pieces = (int)((bytes + BULK_STAGE - 1) / BULK_STAGE);
+    auto piece = [&](int k) { return (unsigned)(k + 1 == pieces ? bytes - (size_t)k * BULK_STAGE : BULK_STAGE); };
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < nst; s++)
+            bar_init(&bars[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int k = 0; k < pieces && k < nst; k++)
+            bulk_load(ring + k * BULK_STAGE, src + (size_t)k * BULK_STAGE, piece(k), &bars[k]);
+    }
+    dependents_may_launch();
+    dependency_wait();
+    if (tr && threadIdx.x == 0)
+        atomicMin(&tr[1], gtime());
+    const float *x = a.buf[step & 1];
+    float *y = a.buf[(step + 1) & 1];
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < COLS / 4; j += THREADS) {
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(x) + j);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    const float inv = rsqrtf(block_sum(ss) / COLS + 1e-5f);
+    for (int j = threadIdx.x; j < COLS; j += THREADS)
+        xs[j] = __ldcg(x + j) * inv;
+    unsigned acc = 0;
+    if (tr && threadIdx.x == 0)
+        atomicMax(&tr[2], gtime());
+    for (int k = 0; k < pieces; k++) {
+        const int s = k % nst;
+        bar_wait(&bars[s], (unsigned)(k / nst) & 1u);
+        const uint4 *p = reinterpret_cast<const uint4 *>(ring + s * BULK_STAGE);
+        for (unsigned j = threadIdx.x; j < piece(k) / 16; j += THREADS) {
+            const uint4 u = p[j];
+            acc ^= u.x ^ u.y ^ u.z ^ u.w;
+        }
+        __syncthreads(); /* the slot is read: refill it */
+        if (threadIdx.x == 0 && k + nst < pieces)
+            bulk_load(ring + s * BULK_STAGE, src + (size_t)(k + nst) * BULK_STAGE, piece(k + nst), &bars[s]);
+    }
+    const int per = (COLS + gridDim.x - 1) / gridDim.x;
+    for (int j = threadIdx.x; j < per; j += THREADS) {
+        const int c = blockIdx.x * per + j;
+        if (c < COLS)
+            y[c] = xs[c] * 0.999f + (acc == 0x9e3779b9u ? 1.0f : 0.0f);
+    }
+    if (tr && threadIdx.x == 0)
+        atomicMax(&tr[3], gtime());
+}
+
 template <int MODE, bool PDL> static void launch_step(const chain_args &a, int blocks, int step, cudaStream_t st)
 {
     if (PDL)
@@ -237,17 +356,73 @@ template <int MODE> static void run_mode(const char *name, const chain_args &a, 
     std::printf("%-8s  PDL %6.2f µs a step   plain %6.2f   persistent (grid barrier) %6.2f\n", name, pdl, plain, pers);
 }
 
+static void run_bulk(const chain_args &a, int blocks, int nst, int steps, int carveout, bool trace, cudaStream_t st)
+{
+    const size_t smem = 128 + COLS * sizeof(float) + (size_t)nst * BULK_STAGE;
+    CHECK_CUDA(cudaFuncSetAttribute(k_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    /* Every SM at its largest shared memory, so that the next step's block fits beside this one's. */
+    if (carveout >= 0)
+        CHECK_CUDA(cudaFuncSetAttribute(k_bulk, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+    int per_sm = 0;
+    CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_bulk, THREADS, smem));
+    std::printf("bulk: %d blocks an SM fit\n", per_sm);
+    const double pdl = time_graph(st, steps, [&] {
+        for (int s = 0; s < steps; s++) {
+            CHECK_CUDA(launch_pdl(k_bulk, dim3(blocks), dim3(THREADS), smem, st, a, s, nst));
+            CHECK_CUDA(cudaGetLastError());
+        }
+    });
+    if (trace) { /* one more replay, each step stamped */
+        chain_args b = a;
+        std::vector<unsigned long long> h(4 * (size_t)steps);
+        for (size_t i = 0; i < h.size(); i++)
+            h[i] = i % 4 < 2 ? ~0ull : 0ull;
+        CHECK_CUDA(cudaMalloc(&b.trace, h.size() * 8));
+        CHECK_CUDA(cudaMemcpy(b.trace, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        for (int s = 0; s < steps; s++)
+            CHECK_CUDA(launch_pdl(k_bulk, dim3(blocks), dim3(THREADS), smem, st, b, s, nst));
+        CHECK_CUDA(cudaStreamEndCapture(st, &g));
+        CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+        CHECK_CUDA(cudaGraphLaunch(ge, st)); /* warm-up, then stamped from fresh values */
+        CHECK_CUDA(cudaStreamSynchronize(st));
+        CHECK_CUDA(cudaMemcpy(b.trace, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaGraphLaunch(ge, st));
+        CHECK_CUDA(cudaStreamSynchronize(st));
+
+        CHECK_CUDA(cudaMemcpy(h.data(), b.trace, h.size() * 8, cudaMemcpyDeviceToHost));
+        std::printf("trace (ns from step 100's first start): step: first block's start, first wait done, last block staged, last end\n");
+        const unsigned long long t0 = h[4 * 100];
+        for (int s = 100; s < 106 && s < steps; s++)
+            std::printf("  %d: %lld %lld %lld %lld\n", s, (long long)(h[4 * s] - t0), (long long)(h[4 * s + 1] - t0),
+                        (long long)(h[4 * s + 2] - t0), (long long)(h[4 * s + 3] - t0));
+        CHECK_CUDA(cudaFree(b.trace));
+    }
+    std::printf("bulk      PDL %6.2f µs a step   (%d blocks, ring %d KB: %.1f MB in flight before the wait)\n", pdl,
+                blocks, nst * BULK_STAGE / 1024, blocks * (double)nst * BULK_STAGE / 1e6);
+}
+
 int main(int argc, char **argv)
 {
     int steps = 1000;
     double wbytes = 9.5e6;
+    int ring_kb = 64, carveout = -1;
+    bool trace = false;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
             steps = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc)
             wbytes = std::atof(argv[++i]);
+        else if (!std::strcmp(argv[i], "--carveout") && i + 1 < argc)
+            carveout = std::atoi(argv[++i]);
+        else if (!std::strcmp(argv[i], "--trace"))
+            trace = true;
+        else if (!std::strcmp(argv[i], "--ring") && i + 1 < argc)
+            ring_kb = std::atoi(argv[++i]);
         else {
-            std::fprintf(stderr, "usage: kchain [--steps N] [--weights BYTES]\n");
+            std::fprintf(stderr, "usage: kchain [--steps N] [--weights BYTES] [--ring KB] [--carveout PCT] [--trace]\n");
             return 2;
         }
     }
@@ -281,6 +456,7 @@ int main(int argc, char **argv)
     run_mode<EMPTY>("empty", a, blocks, coop, steps, st);
     run_mode<STAGE>("stage", a, blocks, coop, steps, st);
     run_mode<WEIGHTS>("weights", a, blocks, coop, steps, st);
+    run_bulk(a, prop.multiProcessorCount, std::max(1, std::min(ring_kb * 1024 / BULK_STAGE, BULK_MAX_STAGES)), steps, carveout, trace, st);
     std::printf("(weights alone at the HBM bound: %.2f µs a step at 3,076 GB/s)\n", a.w_per_step * 16 / 3076e3);
     return 0;
 }
