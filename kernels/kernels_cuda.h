@@ -37,6 +37,7 @@ typedef struct launch_ctx {
     void *lt;               /* cublasLtHandle_t, for launch_gemm          */
     void *workspace;        /* cuBLASLt workspace (device), from the arena */
     size_t workspace_bytes;
+    bool fused_q4;          /* launch_gemm_q4 runs here (gemm_q4_supported) */
     char err[256];          /* message of the last failure                */
 } launch_ctx;
 
@@ -182,6 +183,23 @@ int launch_gemv(launch_ctx *c, const gemv_args *a);
  * the prefill products, which then run through cuBLASLt.
  */
 int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a);
+
+/*
+ * The prefill product of a 4-bit matrix without decoding it into memory:
+ * y[n, rows] (+)= x[n, cols] . W^T for the K_NF4/K_FP4 matrix of `w` (w,
+ * wt, rows, cols, scales, code, group), x in xt (K_BF16 or K_F16), fp32
+ * accumulation; each weight reaches the tensor cores as
+ * round(round(code) * round(absmax)) in xt, within a rounding step of what
+ * launch_dequant writes. nsub: 128-token sub-tiles a CTA (1 or 2).
+ * Needs compute capability 9.0 (gemm_q4_supported), rows a multiple of
+ * 128, cols of 256, the group a power-of-two multiple of 64.
+ * gemm_q4_tiles: the nsub to use for n tokens, or 0 where launch_dequant +
+ * launch_gemm should be faster or the shape does not fit.
+ */
+bool gemm_q4_supported(void);
+int gemm_q4_tiles(const launch_ctx *c, const gemv_args *w, k_dtype xt, int n);
+int launch_gemm_q4(launch_ctx *c, float *y, bool accumulate, const void *x, k_dtype xt, const gemv_args *w, int n,
+                   int nsub);
 
 /*
  * Matrix product through cuBLASLt (prefill): y[n, rows] (= or +=) x[n, cols] . W[rows, cols]^T,

@@ -675,6 +675,97 @@ static void test_quant_products(launch_ctx *lc)
         }
 }
 
+/*
+ * The fused 4-bit prefill product (gemm_q4.cu) on a matrix quantized by the
+ * CPU reference, x in xt, output poisoned (or y0 with acc): against the
+ * exact product with each weight as the kernel forms it,
+ * round(round(code) * round(absmax)) in xt (a wrong fragment layout,
+ * nibble or absmax is off by O(1); accumulation order leaves ~1e-7), and
+ * against the CPU's fp32 weights within a rounding step of xt.
+ */
+static void check_gemm_q4(launch_ctx *lc, k_dtype type, int group, bool dq, k_dtype xt, int rows, int cols, int n,
+                          int nsub, bool acc)
+{
+    const size_t nw = (size_t)rows * cols, nx = (size_t)n * cols, ny = (size_t)n * rows;
+    float *wv = malloc(nw * sizeof *wv), *xv = malloc(nx * sizeof *xv), *y0 = malloc(ny * sizeof *y0);
+    fill(wv, nw, 1.0);
+    fill(y0, ny, 1.0);
+    k_weight src = {wv, K_F32, rows, cols};
+    q_spec spec = {.type = type, .double_quant = dq};
+    q_weight qw;
+    err_buf e = {0};
+    CHECK_MSG(q_quantize_weight(&src, &spec, 2, &qw, "test", &e) == ENGINE_OK, "%s", e.msg);
+    const k_weight *w = &qw.w;
+    size_t ns = nw / w->block;
+    float *am = malloc(ns * sizeof *am);
+    if (w->absmax_q)
+        q_8bit_dequantize(w->absmax_code, w->absmax_q, w->absmax_scale, ns, w->absmax_block, w->absmax_offset, am);
+    else
+        memcpy(am, w->absmax, ns * sizeof *am);
+    /* A larger group (the kernel reads an absmax every group / 64 steps): every (group / block)-th of the
+     * quantizer's absmax stands for its whole group; the exact reference then no longer applies. */
+    const int gr = group > 0 ? group : w->block, gk = gr / w->block;
+    for (size_t j = 0; j < nw / gr; j++)
+        am[j] = am[j * gk];
+    ns = nw / gr;
+    k_weight hx = {NULL, xt, n, cols};
+    void *dxw = dev_weight(xt, nx, xv, &hx); /* xv: x's values after rounding to xt */
+    void *dw = dev_from(w->data, nw / 2);
+    float *dam = dev_copy(am, ns), *dcode = dev_copy(w->code, 16), *dy = dev_copy(y0, ny);
+    if (!acc)
+        cudaMemset(dy, 0xff, ny * sizeof(float));
+    gemv_args a = {.w = dw, .wt = type, .rows = rows, .cols = cols, .scales = dam, .code = dcode, .group = gr};
+    CHECK_MSG(launch_gemm_q4(lc, dy, acc, dxw, xt, &a, n, nsub) == 0, "gemm_q4: %s", lc->err);
+    float *got = host_f32(dy, K_F32, ny);
+    /* CPU: the kernel's weights and the exact ones */
+    float *wk = malloc(nw * sizeof *wk), *wf = malloc(nw * sizeof *wf);
+    const uint8_t *bytes = w->data;
+    for (size_t i = 0; i < nw; i++) {
+        const int q = i & 1 ? bytes[i / 2] & 15 : bytes[i / 2] >> 4;
+        wk[i] = round_to(xt, round_to(xt, w->code[q]) * round_to(xt, am[i / gr]));
+    }
+    for (int r = 0; r < rows; r++)
+        k_dequant_row(w, r, 0, cols, wf + (size_t)r * cols);
+    double *rk = malloc(ny * sizeof *rk), *rf = malloc(ny * sizeof *rf);
+    for (int t = 0; t < n; t++)
+        for (int r = 0; r < rows; r++) {
+            double sk = acc ? y0[(size_t)t * rows + r] : 0.0, sf = sk;
+            for (int c = 0; c < cols; c++) {
+                sk += (double)wk[(size_t)r * cols + c] * xv[(size_t)t * cols + c];
+                sf += (double)wf[(size_t)r * cols + c] * xv[(size_t)t * cols + c];
+            }
+            rk[(size_t)t * rows + r] = sk;
+            rf[(size_t)t * rows + r] = sf;
+        }
+    const double ek = rel_err(got, rk, ny), ef = rel_err(got, rf, ny);
+    CHECK_MSG(ek < 1e-5 && (gk > 1 || ef < (xt == K_BF16 ? 8e-3 : 1e-3)),
+              "gemm_q4 %s group %d dq %d x %s %dx%d n %d sub %d acc %d: error %.2e (kernel's weights), %.2e (exact)",
+              q_spec_name(&spec), group, dq, dtype_name(xt), rows, cols, n, nsub, acc, ek, ef);
+    free(wv), free(xv), free(y0), free(am), free(got), free(wk), free(wf), free(rk), free(rf), free((void *)hx.data);
+    q_weight_free(&qw);
+    cudaFree(dxw), cudaFree(dw), cudaFree(dam), cudaFree(dcode), cudaFree(dy);
+}
+
+static void test_gemm_q4(launch_ctx *lc)
+{
+    if (!gemm_q4_supported()) {
+        printf("test_kernels_cuda: the fused 4-bit product needs compute capability 9.0: not checked here\n");
+        return;
+    }
+    check_gemm_q4(lc, K_NF4, 0, false, K_BF16, 256, 256, 37, 1, false);
+    check_gemm_q4(lc, K_NF4, 0, true, K_BF16, 384, 512, 300, 2, true);
+    check_gemm_q4(lc, K_FP4, 0, false, K_BF16, 128, 1024, 129, 1, true);
+    check_gemm_q4(lc, K_NF4, 128, false, K_BF16, 256, 768, 256, 2, false);
+    check_gemm_q4(lc, K_NF4, 0, false, K_F16, 256, 256, 200, 2, false);
+    check_gemm_q4(lc, K_NF4, 0, false, K_F16, 128, 512, 1, 1, true);
+    /* The engine's choice: shapes it cannot take go to scratch (0). */
+    gemv_args a = {.w = lc, .wt = K_NF4, .rows = 100, .cols = 256, .scales = (float *)lc, .code = (float *)lc, .group = 64};
+    CHECK(gemm_q4_tiles(lc, &a, K_BF16, 512) == 0);
+    a.rows = 28672, a.cols = 4096;
+    CHECK(gemm_q4_tiles(lc, &a, K_F32, 512) == 0 && gemm_q4_tiles(lc, &a, K_BF16, 512) > 0);
+    CHECK(launch_gemm_q4(lc, (float *)lc, false, lc, K_F32, &a, 512, 1) == -1 && strstr(lc->err, "gemm_q4"));
+}
+
 static void check_gemm(launch_ctx *lc, k_dtype t, int n, int rows, int cols, bool acc)
 {
     const size_t nw = (size_t)rows * cols, nx = (size_t)n * cols, ny = (size_t)n * rows;
@@ -760,6 +851,7 @@ int main(void)
     test_attention(&lc);
     test_matrix_products(&lc);
     test_quant_products(&lc);
+    test_gemm_q4(&lc);
     /* Bad arguments fail with a message and launch nothing. */
     CHECK(launch_rmsnorm(&lc, NULL, K_F32, NULL, NULL, 1, 8, 1e-5f) == -1 && strstr(lc.err, "rmsnorm"));
     CHECK(launch_attention_prefill(&lc, lc.err, K_F32, (float *)lc.err, lc.err, lc.err, K_F32, 4, 0, 6, 4, 16, 0) == -1);

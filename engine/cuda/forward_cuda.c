@@ -67,7 +67,9 @@ static void set_mat(gemv_args *g, const cuda_mat *w)
 
 /*
  * y[n, rows] (+)= act[n, cols] . W^T through cuBLASLt; a quantized W is
- * decoded into the session's scratch (in the dense type) first.
+ * decoded into the session's scratch (in the dense type) first, unless it
+ * is 4-bit and the fused product (gemm_q4.cu) should be faster for its
+ * shape: that one decodes in registers on the way to the tensor cores.
  */
 static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *w, int n, int rows, int cols)
 {
@@ -75,6 +77,9 @@ static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *
     if (k_dtype_is_quant(w->t)) {
         gemv_args g = {.rows = rows, .cols = cols};
         set_mat(&g, w);
+        const int sub = cs->lc.fused_q4 ? gemm_q4_tiles(&cs->lc, &g, cs->cm->wt, n) : 0;
+        if (sub)
+            return launch_gemm_q4(&cs->lc, y, accumulate, cs->act, cs->cm->wt, &g, n, sub);
         TRY(launch_dequant(&cs->lc, cs->deq, cs->cm->wt, &g));
         dense = cs->deq;
     }

@@ -56,6 +56,7 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     cs->cm = m->cuda;
     cs->lc.n_sms = cs->cm->n_sms;
+    cs->lc.fused_q4 = gemm_q4_supported();
     cs->lc.workspace_bytes = WORKSPACE_BYTES;
     /* Decode attention splits each kv head's keys among the blocks of a
      * cluster: enough that the kv heads' clusters cover the multiprocessors

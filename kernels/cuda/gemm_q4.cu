@@ -1,0 +1,417 @@
+/*
+ * gemm_q4.cu: the prefill product of a 4-bit matrix (NF4/FP4), y (+)= x . W^T,
+ * with W decoded in registers on its way to the tensor cores.
+ *
+ * Decoding a 4-bit matrix into a bf16 scratch matrix for cuBLASLt writes
+ * 2 bytes a weight and reads them again; for a 512-token prefill of an 8B
+ * model that costs ~7 ms of 21, and it cannot hide behind the products,
+ * which read their matrix at ~1.7 TB/s themselves (bench/dqsplit). Here the
+ * weights cross memory once, packed: a CTA computes a tile of 128 weight
+ * rows by 128 tokens, K 64 at a time (one absmax block):
+ *
+ *   - a producer thread streams, per K step, the token tile of x (bf16,
+ *     [128 tokens][64], 128-byte swizzle) and the tile's packed weights
+ *     ([128 rows][32 bytes]) into a ring of shared-memory stages with the
+ *     tensor copy engine (TMA), completing on the stage's mbarrier;
+ *   - two consumer warpgroups, 64 weight rows each, turn their rows' bytes
+ *     into the A fragments of wgmma (register operand): byte -> the two
+ *     codes as a bf16 pair (a per-lane table, one conflict-free load), times
+ *     the block's absmax (one HMUL2), and multiply them with the x tile
+ *     (wgmma m64n128k16, B from shared memory), fp32 accumulation;
+ *   - the fragments of step s + 1 are built while step s's products run
+ *     (two fragment buffers; wgmma.wait_group 1 frees the older one and its
+ *     stage).
+ *
+ * The weights reach the tensor cores as bf16(bf16(code) * bf16(absmax)),
+ * where the scratch path rounds code * absmax once: within a bf16 rounding
+ * step of the same values (tests/test_kernels_cuda compares with the CPU).
+ *
+ * sm_90a only (wgmma, setmaxnreg are not in plain sm_90): built for that
+ * target alone (CMakeLists.txt), and used where the device is compute
+ * capability 9.0; the launcher says so otherwise and the caller falls back
+ * to decoding into scratch.
+ */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "common.cuh"
+
+#define Q4_ROWS 128    /* weight rows a CTA (two consumer warpgroups of 64) */
+#define Q4_K 64        /* K a stage: one absmax block of 64 */
+#define Q4_THREADS 384 /* producer warpgroup + two consumer warpgroups */
+#define Q4_A_BYTES (Q4_ROWS * Q4_K / 2)
+#define Q4_TABLE_BYTES (256 * 32 * 4)
+
+/*
+ * A CTA computes NSUB 128-token sub-tiles with each decoded fragment (the
+ * decoding is the costly part; a second sub-tile halves it per product, for
+ * 128 accumulator registers a thread instead of 64). Its x tile and stage
+ * count follow: 16 or 32 KB of x a stage, 6 or 4 stages.
+ */
+template <int NSUB> struct q4_shape {
+    static constexpr int TOK = 128 * NSUB;
+    static constexpr int B_BYTES = TOK * Q4_K * 2;
+    static constexpr int STAGE_BYTES = B_BYTES + Q4_A_BYTES; /* a multiple of 1024: x tiles stay 1024-aligned */
+    static constexpr int STAGES = NSUB == 1 ? 6 : 4;
+    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + Q4_TABLE_BYTES + 2 * STAGES * 8;
+};
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define Q4_DEVICE 1
+#endif
+
+struct q4_args {
+    float *y;           /* [n, rows] fp32 */
+    bool accumulate;
+    const float *absmax; /* [rows * cols / group] */
+    int group;
+    int n, rows, cols;
+};
+
+#ifdef Q4_DEVICE
+__device__ __forceinline__ unsigned q4_sa(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void q4_bar_wait(uint64_t *bar, unsigned parity)
+{
+    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
+                     q4_sa(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+__device__ __forceinline__ void q4_tma_2d(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+                     q4_sa(dst)),
+                 "l"(map), "r"(c0), "r"(c1), "r"(q4_sa(bar))
+                 : "memory");
+}
+
+/* The x tile of a stage as wgmma's B operand: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart. */
+__device__ __forceinline__ uint64_t q4_desc(const void *tile)
+{
+    const uint64_t a = q4_sa(tile);
+    return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+#define Q4_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+/* D[64 rows][128 tokens] += A (registers) . B (shared memory). */
+template <bool BF16> __device__ __forceinline__ void q4_wgmma(float (&d)[64], const uint32_t (&a)[4], uint64_t desc)
+{
+    if constexpr (BF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                     "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;"
+                     : Q4_D8(0), Q4_D8(8), Q4_D8(16), Q4_D8(24), Q4_D8(32), Q4_D8(40), Q4_D8(48), Q4_D8(56)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                     "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;"
+                     : Q4_D8(0), Q4_D8(8), Q4_D8(16), Q4_D8(24), Q4_D8(32), Q4_D8(40), Q4_D8(48), Q4_D8(56)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+/* Keeps the compiler from moving accumulator accesses across the asynchronous products. */
+__device__ __forceinline__ void q4_fence(float (&d)[64])
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+#endif
+
+/*
+ * One consumer step: stage `st`'s bytes for rows g and g + 8 of this warp
+ * -> fragments `a` (4 k16 steps x 4 registers), scaled by the rows'
+ * absmax pairs s0, s1. Fragment register j of step k: (row g | g + 8) x
+ * (k 2c, 2c + 1 | 2c + 8, 2c + 9) of the step, i.e. byte c of word 2k
+ * (registers 0, 1) or 2k + 1 (registers 2, 3) of the row's 32 bytes.
+ */
+template <typename P>
+__device__ __forceinline__ void q4_fragments(uint32_t (&a)[16], const uint8_t *abytes, int row, unsigned c,
+                                             const uint32_t *tab, P s0, P s1)
+{
+#ifdef Q4_DEVICE
+    const uint4 *r0 = reinterpret_cast<const uint4 *>(abytes + row * (Q4_K / 2));
+    const uint4 *r1 = reinterpret_cast<const uint4 *>(abytes + (row + 8) * (Q4_K / 2));
+    const uint4 u0 = r0[0], u1 = r0[1], v0 = r1[0], v1 = r1[1];
+    const uint32_t w0[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+    const uint32_t w1[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    const unsigned sel = 0x4440u | c;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const uint32_t b0 = __byte_perm(w0[j], 0, sel), b1 = __byte_perm(w1[j], 0, sel);
+        P p0 = *reinterpret_cast<const P *>(tab + b0 * 32), p1 = *reinterpret_cast<const P *>(tab + b1 * 32);
+        p0 = __hmul2(p0, s0);
+        p1 = __hmul2(p1, s1);
+        const int k = j / 2, h = j % 2;
+        a[4 * k + 2 * h] = *reinterpret_cast<uint32_t *>(&p0);
+        a[4 * k + 2 * h + 1] = *reinterpret_cast<uint32_t *>(&p1);
+    }
+#endif
+}
+
+template <typename T, int NSUB>
+__global__ void __launch_bounds__(Q4_THREADS, 1)
+    k_gemm_q4(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap, q4_args a,
+              const float *code)
+{
+#ifdef Q4_DEVICE
+    constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
+    typedef typename std::conditional<BF16, __nv_bfloat162, __half2>::type P;
+    typedef q4_shape<NSUB> S;
+    extern __shared__ uint8_t q4_smem[];
+    uint8_t *base = reinterpret_cast<uint8_t *>(((uintptr_t)q4_smem + 1023) & ~(uintptr_t)1023);
+    uint8_t *stages = base;
+    uint32_t *tab = reinterpret_cast<uint32_t *>(base + S::STAGES * S::STAGE_BYTES); /* [byte][lane] code pairs */
+    uint64_t *full = reinterpret_cast<uint64_t *>(tab + 256 * 32), *empty = full + S::STAGES;
+    const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+    const int row0 = blockIdx.x * Q4_ROWS, tok0 = blockIdx.y * S::TOK;
+    const int nk = a.cols / Q4_K;
+
+    for (int i = tid; i < 256; i += Q4_THREADS) { /* byte i: (code[i >> 4], code[i & 15]), element 2j first */
+        P p;
+        if constexpr (BF16)
+            p = __floats2bfloat162_rn(code[i >> 4], code[i & 15]);
+        else
+            p = __floats2half2_rn(code[i >> 4], code[i & 15]);
+        const uint32_t u = *reinterpret_cast<uint32_t *>(&p);
+        for (int l = 0; l < 32; l++)
+            tab[i * 32 + l] = u;
+    }
+    if (tid == 0) {
+        for (int s = 0; s < S::STAGES; s++) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(q4_sa(&full[s])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(q4_sa(&empty[s]))); /* a consumer warp each */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* the producer: one thread streams every stage */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid == 0) {
+            asm volatile("prefetch.tensormap [%0];" ::"l"(&xmap) : "memory");
+            asm volatile("prefetch.tensormap [%0];" ::"l"(&wmap) : "memory");
+            for (int s = 0; s < nk; s++) {
+                const int st = s % S::STAGES;
+                if (s >= S::STAGES)
+                    q4_bar_wait(&empty[st], (unsigned)(s / S::STAGES - 1) & 1u);
+                uint8_t *dst = stages + st * S::STAGE_BYTES;
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(q4_sa(&full[st])),
+                             "r"(S::STAGE_BYTES)
+                             : "memory");
+                q4_tma_2d(dst, &xmap, s * Q4_K, tok0, &full[st]);
+                q4_tma_2d(dst + S::B_BYTES, &wmap, s * (Q4_K / 2), row0, &full[st]);
+            }
+        }
+    } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+
+    /* Consumers: warpgroup wg - 1 owns rows 64 (wg - 1) ..; warp w of it rows 16 w + g, + 8. */
+    const int w = (tid / 32) % 4, g = lane / 4;
+    const unsigned c = lane & 3;
+    const int lrow = 64 * (wg - 1) + 16 * w + g; /* within the tile */
+    const size_t grow0 = (size_t)(row0 + lrow), grow1 = grow0 + 8;
+    const uint32_t *mytab = tab + lane;
+    float d[NSUB][64];
+#pragma unroll
+    for (int u = 0; u < NSUB; u++)
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            d[u][i] = 0.0f;
+    uint32_t fa[2][16];
+    /* The rows' absmax for step s + 4 is loaded at step s (a load from L2
+     * takes longer than a step: loaded one step ahead, every step waited
+     * for it). am[i]: steps congruent to i mod 4. */
+    const int gshift = __ffs(a.group / Q4_K) - 1; /* a block of 64 << gshift: steps share an absmax */
+    const float *am_r0 = a.absmax + grow0 * (size_t)(a.cols / a.group), *am_r1 = am_r0 + 8 * (size_t)(a.cols / a.group);
+    float am[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        am[i][0] = __ldg(am_r0 + (i >> gshift));
+        am[i][1] = __ldg(am_r1 + (i >> gshift));
+    }
+    auto step = [&](int s, uint32_t(&f)[16], float(&amv)[2]) {
+        const int st = s % S::STAGES;
+        P s0, s1;
+        if constexpr (BF16) {
+            s0 = __float2bfloat162_rn(amv[0]);
+            s1 = __float2bfloat162_rn(amv[1]);
+        } else {
+            s0 = __float2half2_rn(amv[0]);
+            s1 = __float2half2_rn(amv[1]);
+        }
+        if (s + 4 < nk) { /* (64-bit division here took more time than the decoding) */
+            amv[0] = __ldg(am_r0 + ((s + 4) >> gshift));
+            amv[1] = __ldg(am_r1 + ((s + 4) >> gshift));
+        }
+        q4_bar_wait(&full[st], (unsigned)(s / S::STAGES) & 1u);
+        const uint8_t *stage = stages + st * S::STAGE_BYTES;
+        q4_fragments<P>(f, stage + S::B_BYTES, lrow, c, mytab, s0, s1);
+        const uint64_t desc = q4_desc(stage);
+#pragma unroll
+        for (int u = 0; u < NSUB; u++)
+            q4_fence(d[u]);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t fk[4] = {f[4 * k], f[4 * k + 1], f[4 * k + 2], f[4 * k + 3]};
+#pragma unroll
+            for (int u = 0; u < NSUB; u++) /* sub-tile u: 128 rows of 128 bytes further (16 KB) */
+                q4_wgmma<BF16>(d[u], fk, desc + 1024 * u + 2 * k); /* + 32 bytes a k16 step, within the swizzled row */
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); /* step s - 1 is done: its fragments, its stage */
+#pragma unroll
+        for (int u = 0; u < NSUB; u++)
+            q4_fence(d[u]);
+        if (s > 0 && lane == 0)
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(q4_sa(&empty[(s - 1) % S::STAGES])) : "memory");
+    };
+    for (int s = 0; s < nk; s += 4) { /* nk is a multiple of 4 (the launcher checks) */
+        step(s, fa[0], am[0]);
+        step(s + 1, fa[1], am[1]);
+        step(s + 2, fa[0], am[2]);
+        step(s + 3, fa[1], am[3]);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+    for (int u = 0; u < NSUB; u++)
+        q4_fence(d[u]);
+
+    /* d[u][4j + (0, 1)]: row g, tokens 128 u + 8j + 2c (+1); d[u][4j + (2, 3)]: row g + 8. */
+#pragma unroll
+    for (int u = 0; u < NSUB; u++)
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int t = tok0 + 128 * u + 8 * j + 2 * (int)c + (e & 1);
+                const size_t r = e < 2 ? grow0 : grow1;
+                if (t < a.n) {
+                    float *p = a.y + (size_t)t * a.rows + r;
+                    *p = a.accumulate ? *p + d[u][4 * j + e] : d[u][4 * j + e];
+                }
+            }
+    }
+#endif
+}
+
+/* cuTensorMapEncodeTiled through the runtime (libengine never links libcuda). */
+static PFN_cuTensorMapEncodeTiled_v12000 q4_encode(void)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn; /* the same function for the process: set once, never changed */
+    if (!fn) {
+        enum cudaDriverEntryPointQueryResult q;
+        void *p = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }
+    return fn;
+}
+
+/* Whether the fused product runs here: compute capability 9.0 (its code is sm_90a). */
+extern "C" bool gemm_q4_supported(void)
+{
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return major == 9 && minor == 0 && q4_encode() != NULL;
+}
+
+static bool q4_fits(const gemv_args *w, k_dtype xt, const void *x)
+{
+    const int g = w->group / Q4_K;
+    return (w->wt == K_NF4 || w->wt == K_FP4) && (xt == K_BF16 || xt == K_F16) && w->scales && w->code &&
+           w->rows % Q4_ROWS == 0 && w->cols % (4 * Q4_K) == 0 && w->group % Q4_K == 0 && g > 0 && (g & (g - 1)) == 0 &&
+           w->cols % w->group == 0 && (uintptr_t)w->w % 16 == 0 && (!x || (uintptr_t)x % 16 == 0);
+}
+
+/*
+ * Sub-tiles for a product of n tokens, or 0 where decoding into scratch and
+ * cuBLASLt should be faster. A CTA's time is about NSUB x (0.8 for two
+ * sub-tiles, which decode once for both) of a one-sub-tile CTA's, and CTAs
+ * run in whole waves of n_sms; cuBLASLt's finer tiles fill a wave about as
+ * a fraction, at 1.05 x the one-sub-tile CTA's time. On the H100 this
+ * picks, as measured (bench/q4gemm, bench/RESULTS.md 2026-11-25), two
+ * sub-tiles for the gate/up matrices and the 8B q/k/v, one for the 8B o
+ * and down, and scratch for the 1B's smaller matrices, which fill less
+ * than a wave of 128-row tiles.
+ */
+extern "C" int gemm_q4_tiles(const launch_ctx *c, const gemv_args *w, k_dtype xt, int n)
+{
+    if (!q4_fits(w, xt, NULL) || n <= 0 || c->n_sms <= 0)
+        return 0;
+    const double tiles = w->rows / Q4_ROWS, sms = c->n_sms;
+    const double scratch = tiles * ceil_div(n, 128) / sms * 1.05;
+    const double one = std::ceil(tiles * ceil_div(n, 128) / sms);
+    const double two = std::ceil(tiles * ceil_div(n, 256) / sms) * 2 * 0.8;
+    if (two <= one && two < scratch)
+        return 2;
+    return one < scratch ? 1 : 0;
+}
+
+template <typename T, int NSUB>
+static int q4_launch(launch_ctx *c, const CUtensorMap &xmap, const CUtensorMap &wmap, const q4_args &qa, const float *code)
+{
+    typedef q4_shape<NSUB> S;
+    auto kern = k_gemm_q4<T, NSUB>;
+    if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM) != cudaSuccess)
+        return launch_fail(c, "gemm_q4: %d bytes of shared memory: %s", S::SMEM, cudaGetErrorString(cudaGetLastError()));
+    const dim3 grid((unsigned)(qa.rows / Q4_ROWS), ceil_div(qa.n, S::TOK));
+    kern<<<grid, Q4_THREADS, S::SMEM, c->stream>>>(xmap, wmap, qa, code);
+    return launch_check(c, "gemm_q4");
+}
+
+extern "C" int launch_gemm_q4(launch_ctx *c, float *y, bool accumulate, const void *x, k_dtype xt, const gemv_args *w,
+                              int n, int nsub)
+{
+    const int rows = w->rows, cols = w->cols;
+    if (!y || !x || !w->w || n <= 0 || (nsub != 1 && nsub != 2) || !q4_fits(w, xt, x))
+        return launch_fail(c, "gemm_q4: unsupported (type %d, x type %d, %d x %d, group %d, %d sub-tiles)", (int)w->wt,
+                           (int)xt, rows, cols, w->group, nsub);
+    PFN_cuTensorMapEncodeTiled_v12000 encode = q4_encode();
+    if (!encode)
+        return launch_fail(c, "gemm_q4: the driver has no cuTensorMapEncodeTiled");
+    /* x [n, cols] in boxes of 64 columns x the CTA's tokens, 128-byte swizzle (wgmma's B layout); the
+     * packed weights [rows, cols / 2 bytes] in boxes of 32 bytes x 128 rows. Rows past n read as zeros. */
+    CUtensorMap xmap, wmap;
+    const cuuint64_t xdim[2] = {(cuuint64_t)cols, (cuuint64_t)n}, xstride[1] = {(cuuint64_t)cols * 2};
+    const cuuint32_t xbox[2] = {Q4_K, (cuuint32_t)(128 * nsub)}, one[2] = {1, 1};
+    CUresult r = encode(&xmap, xt == K_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+                        const_cast<void *>(x), xdim, xstride, xbox, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return launch_fail(c, "gemm_q4: x tensor map (error %d)", (int)r);
+    const cuuint64_t wdim[2] = {(cuuint64_t)cols / 2, (cuuint64_t)rows}, wstride[1] = {(cuuint64_t)cols / 2};
+    const cuuint32_t wbox[2] = {Q4_K / 2, Q4_ROWS};
+    r = encode(&wmap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(w->w), wdim, wstride, wbox, one,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return launch_fail(c, "gemm_q4: weight tensor map (error %d)", (int)r);
+    const q4_args qa = {y, accumulate, w->scales, w->group, n, rows, cols};
+    if (xt == K_BF16)
+        return nsub == 2 ? q4_launch<__nv_bfloat16, 2>(c, xmap, wmap, qa, w->code)
+                         : q4_launch<__nv_bfloat16, 1>(c, xmap, wmap, qa, w->code);
+    return nsub == 2 ? q4_launch<__half, 2>(c, xmap, wmap, qa, w->code) : q4_launch<__half, 1>(c, xmap, wmap, qa, w->code);
+}
