@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     const int w = (tid / 32) % 4, g = lane / 4;
     const unsigned c = lane & 3;
     const int lrow = 64 * (wg - 1) + 16 * w + g; /* within the tile */
-    const size_t grow0 = (size_t)(row0 + lrow), grow1 = grow0 + 8;
+    const size_t grow0 = (size_t)(row0 + lrow); /* and grow0 + 8 */
     const uint32_t *mytab = tab + lane;
     float d[NSUB][64];
 #pragma unroll
@@ -291,20 +291,39 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     for (int u = 0; u < NSUB; u++)
         q4_fence(d[u]);
 
-    /* d[u][4j + (0, 1)]: row g, tokens 128 u + 8j + 2c (+1); d[u][4j + (2, 3)]: row g + 8. */
+    /*
+     * Out through shared memory (the stages are all consumed): d[u][4j + (0, 1)]
+     * is row g, tokens 128 u + 8j + 2c (+1), d[u][4j + (2, 3)] row g + 8;
+     * written to a [token][row] tile (pitch 132: a warp's 32 stores on 32
+     * banks), then each token's 128 rows go out as 16-byte stores (straight
+     * from the fragments, each warp store touched 4 tokens x 32 bytes).
+     */
+    constexpr int PITCH = Q4_ROWS + 4;
+    float *tile = reinterpret_cast<float *>(stages);
+    const int ct = tid - 128; /* 0 .. 255 over both consumer warpgroups */
 #pragma unroll
-    for (int u = 0; u < NSUB; u++)
+    for (int u = 0; u < NSUB; u++) {
+        asm volatile("bar.sync 1, 256;" ::: "memory"); /* both warpgroups are past the stages (or the last sub-tile) */
 #pragma unroll
         for (int j = 0; j < 16; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int t = tok0 + 128 * u + 8 * j + 2 * (int)c + (e & 1);
-                const size_t r = e < 2 ? grow0 : grow1;
-                if (t < a.n) {
-                    float *p = a.y + (size_t)t * a.rows + r;
-                    *p = a.accumulate ? *p + d[u][4 * j + e] : d[u][4 * j + e];
-                }
+            for (int e = 0; e < 4; e++)
+                tile[(8 * j + 2 * (int)c + (e & 1)) * PITCH + lrow + (e < 2 ? 0 : 8)] = d[u][4 * j + e];
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        const int q = ct & 31;
+        for (int tl = ct >> 5; tl < 128; tl += 8) {
+            const int t = tok0 + 128 * u + tl;
+            if (t >= a.n)
+                break;
+            float4 v = *reinterpret_cast<const float4 *>(tile + tl * PITCH + 4 * q);
+            float4 *p = reinterpret_cast<float4 *>(a.y + (size_t)t * a.rows + row0 + 4 * q);
+            if (a.accumulate) {
+                const float4 o = *p;
+                v.x += o.x, v.y += o.y, v.z += o.z, v.w += o.w;
             }
+            *p = v;
+        }
+    }
     }
 #endif
 }
