@@ -31,25 +31,9 @@
 #include <cstring>
 #include <vector>
 
-#include <cublasLt.h>
 #include <cuda_bf16.h>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            std::fprintf(stderr, "dqsplit: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-            std::exit(1);                                                                          \
-        }                                                                                          \
-    } while (0)
-#define CKL(x)                                                                                     \
-    do {                                                                                           \
-        cublasStatus_t s_ = (x);                                                                   \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            std::fprintf(stderr, "dqsplit: %s: %s\n", #x, cublasLtGetStatusString(s_));           \
-            std::exit(1);                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "bench_cuda.cuh"
 
 #define ROWS 28672
 #define COLS 4096
@@ -175,66 +159,6 @@ __global__ void __launch_bounds__(BULK_THREADS) k_bulk(__nv_bfloat16 *out, const
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-struct gemm {
-    cublasLtHandle_t h;
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t a, b, d;
-    cublasLtMatmulAlgo_t algo;
-    void *ws;
-    size_t ws_bytes = 64 << 20;
-    void init(int sm_target)
-    {
-        CKL(cublasLtCreate(&h));
-        CKL(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        const cublasOperation_t tr = CUBLAS_OP_T, nt = CUBLAS_OP_N;
-        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &tr, sizeof tr));
-        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt));
-        if (sm_target > 0)
-            CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_target, sizeof sm_target));
-        CKL(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, COLS, ROWS, COLS));
-        CKL(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, COLS, TOKENS, COLS));
-        CKL(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, ROWS, TOKENS, ROWS));
-        cublasLtMatmulPreference_t pref;
-        CKL(cublasLtMatmulPreferenceCreate(&pref));
-        CKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
-        cublasLtMatmulHeuristicResult_t res;
-        int found = 0;
-        CKL(cublasLtMatmulAlgoGetHeuristic(h, desc, a, b, d, d, pref, 1, &res, &found));
-        if (!found) {
-            std::fprintf(stderr, "dqsplit: no algorithm\n");
-            std::exit(1);
-        }
-        algo = res.algo;
-        CK(cudaMalloc(&ws, ws_bytes));
-    }
-    void run(float *y, const void *x, const void *w, cudaStream_t st)
-    {
-        const float alpha = 1.0f, beta = 0.0f;
-        CKL(cublasLtMatmul(h, desc, &alpha, w, a, x, b, &beta, y, d, y, d, &algo, ws, ws_bytes, st));
-    }
-};
-
-/* Median ms of `reps` runs of f(stream), each timed with events. */
-template <typename F> static double timed(cudaStream_t st, int reps, F f)
-{
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    f();
-    std::vector<float> v;
-    for (int r = 0; r < reps; r++) {
-        CK(cudaEventRecord(e0, st));
-        f();
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        v.push_back(ms);
-    }
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 int main(int argc, char **argv)
 {
     std::vector<int> sms = {16, 20, 24, 32};
@@ -249,80 +173,79 @@ int main(int argc, char **argv)
         }
     }
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     const size_t n = (size_t)ROWS * COLS;
     const float nf4[16] = {-1.0f, -0.6961928f, -0.5250731f, -0.3949175f, -0.2844414f, -0.1848449f, -0.0910500f, 0.0f,
                            0.0795803f, 0.1609302f, 0.2461123f, 0.3379152f, 0.4407098f, 0.5626170f, 0.7229568f, 1.0f};
-    CK(cudaMemcpyToSymbol(code_c, nf4, sizeof nf4));
+    BENCH_CK(cudaMemcpyToSymbol(code_c, nf4, sizeof nf4));
     uint8_t *w;
     float *am, *y;
     __nv_bfloat16 *scratch, *x;
-    CK(cudaMalloc(&w, n / 2));
-    CK(cudaMalloc(&am, n / GROUP * 4));
-    CK(cudaMalloc(&scratch, n * 2));
-    CK(cudaMalloc(&x, (size_t)TOKENS * COLS * 2));
-    CK(cudaMalloc(&y, (size_t)TOKENS * ROWS * 4));
+    BENCH_CK(cudaMalloc(&w, n / 2));
+    BENCH_CK(cudaMalloc(&am, n / GROUP * 4));
+    BENCH_CK(cudaMalloc(&scratch, n * 2));
+    BENCH_CK(cudaMalloc(&x, (size_t)TOKENS * COLS * 2));
+    BENCH_CK(cudaMalloc(&y, (size_t)TOKENS * ROWS * 4));
     { /* random contents: zeros run faster than data */
         std::vector<uint32_t> h(n / 8);
         uint32_t s = 12345;
         for (auto &v : h)
             v = s = s * 1664525u + 1013904223u;
-        CK(cudaMemcpy(w, h.data(), n / 2, cudaMemcpyHostToDevice));
+        BENCH_CK(cudaMemcpy(w, h.data(), n / 2, cudaMemcpyHostToDevice));
         std::vector<float> a(n / GROUP);
         for (auto &v : a)
             v = 0.01f + (s = s * 1664525u + 1013904223u) % 1000 * 1e-5f;
-        CK(cudaMemcpy(am, a.data(), a.size() * 4, cudaMemcpyHostToDevice));
+        BENCH_CK(cudaMemcpy(am, a.data(), a.size() * 4, cudaMemcpyHostToDevice));
         std::vector<__nv_bfloat16> xb((size_t)TOKENS * COLS);
         for (auto &v : xb)
             v = __float2bfloat16(((s = s * 1664525u + 1013904223u) % 2001) / 1000.0f - 1.0f);
-        CK(cudaMemcpy(x, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+        BENCH_CK(cudaMemcpy(x, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
     }
     cudaStream_t s0, s1;
-    CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
-    CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    BENCH_CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+    BENCH_CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
     const size_t bulk_smem = 128 + NI * TILE_IN + NO * TILE * 2;
-    CK(cudaFuncSetAttribute(k_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bulk_smem));
+    BENCH_CK(cudaFuncSetAttribute(k_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bulk_smem));
     const size_t plain_smem = 120 * 1024;
-    CK(cudaFuncSetAttribute(k_plain<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plain_smem));
-    CK(cudaFuncSetAttribute(k_plain<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plain_smem));
-    CK(cudaFuncSetAttribute(k_plain<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plain_smem));
+    BENCH_CK(cudaFuncSetAttribute(k_plain<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plain_smem));
+    BENCH_CK(cudaFuncSetAttribute(k_plain<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plain_smem));
+    BENCH_CK(cudaFuncSetAttribute(k_plain<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plain_smem));
     const double bytes = n / 2 + n / GROUP * 4 + n * 2.0; /* read + written */
     const int tiles = (int)(n / TILE);
 
     /* Check the bulk kernel against the plain one once (the same function). */
     {
         __nv_bfloat16 *ref;
-        CK(cudaMalloc(&ref, n * 2));
-        CK(cudaMemset(ref, 0xff, n * 2));
-        CK(cudaMemset(scratch, 0x7f, n * 2));
+        BENCH_CK(cudaMalloc(&ref, n * 2));
+        BENCH_CK(cudaMemset(ref, 0xff, n * 2));
+        BENCH_CK(cudaMemset(scratch, 0x7f, n * 2));
         k_plain<4><<<prop.multiProcessorCount, 1024, plain_smem, s0>>>(ref, (const uint32_t *)w, am, n / 8);
         k_bulk<<<prop.multiProcessorCount, BULK_THREADS, bulk_smem, s0>>>(scratch, w, am, tiles);
-        CK(cudaStreamSynchronize(s0));
-        CK(cudaGetLastError());
+        BENCH_CK(cudaStreamSynchronize(s0));
+        BENCH_CK(cudaGetLastError());
         std::vector<uint16_t> a(n), b(n);
-        CK(cudaMemcpy(a.data(), ref, n * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(b.data(), scratch, n * 2, cudaMemcpyDeviceToHost));
+        BENCH_CK(cudaMemcpy(a.data(), ref, n * 2, cudaMemcpyDeviceToHost));
+        BENCH_CK(cudaMemcpy(b.data(), scratch, n * 2, cudaMemcpyDeviceToHost));
         size_t bad = 0;
         for (size_t i = 0; i < n; i++)
             bad += a[i] != b[i];
         std::printf("bulk vs plain decoding: %zu of %zu weights differ\n", bad, n);
-        CK(cudaFree(ref));
+        BENCH_CK(cudaFree(ref));
         if (bad)
             return 1;
     }
 
-    gemm full;
-    full.init(0);
-    const double g_all = timed(s0, 9, [&] { full.run(y, x, scratch, s0); });
+    bench_gemm full(TOKENS, ROWS, COLS);
+    const double g_all = bench_ms(s0, 9, [&] { full.run(y, x, scratch, s0); });
     const double flop = 2.0 * ROWS * COLS * TOKENS;
     std::printf("%s, %d SMs: gate/up shape %d x %d, %d tokens\n", prop.name, prop.multiProcessorCount, ROWS, COLS, TOKENS);
     std::printf("product alone, all SMs: %.3f ms (%.0f TFLOP/s)\n", g_all, flop / g_all / 1e9);
     /* The engine's launch (launch_dequant): 16 blocks of 256 threads an SM, U loads in flight a thread. */
     const unsigned eng_blocks = prop.multiProcessorCount * 16;
-    const double p_all = timed(s0, 9, [&] { k_plain<4><<<eng_blocks, 256, 0, s0>>>(scratch, (const uint32_t *)w, am, n / 8); });
-    const double p8_all = timed(s0, 9, [&] { k_plain<8><<<eng_blocks, 256, 0, s0>>>(scratch, (const uint32_t *)w, am, n / 8); });
-    const double p16_all = timed(s0, 9, [&] { k_plain<16><<<eng_blocks, 256, 0, s0>>>(scratch, (const uint32_t *)w, am, n / 8); });
-    const double b_all = timed(s0, 9, [&] { k_bulk<<<prop.multiProcessorCount, BULK_THREADS, bulk_smem, s0>>>(scratch, w, am, tiles); });
+    const double p_all = bench_ms(s0, 9, [&] { k_plain<4><<<eng_blocks, 256, 0, s0>>>(scratch, (const uint32_t *)w, am, n / 8); });
+    const double p8_all = bench_ms(s0, 9, [&] { k_plain<8><<<eng_blocks, 256, 0, s0>>>(scratch, (const uint32_t *)w, am, n / 8); });
+    const double p16_all = bench_ms(s0, 9, [&] { k_plain<16><<<eng_blocks, 256, 0, s0>>>(scratch, (const uint32_t *)w, am, n / 8); });
+    const double b_all = bench_ms(s0, 9, [&] { k_bulk<<<prop.multiProcessorCount, BULK_THREADS, bulk_smem, s0>>>(scratch, w, am, tiles); });
     std::printf("decoding alone, all SMs: plain U4 (the engine's) %.3f ms (%.0f GB/s), U8 %.3f (%.0f), U16 %.3f (%.0f), "
                 "bulk %.3f (%.0f)\n",
                 p_all, bytes / p_all / 1e6, p8_all, bytes / p8_all / 1e6, p16_all, bytes / p16_all / 1e6, b_all,
@@ -334,52 +257,51 @@ int main(int argc, char **argv)
                 g_all + p_all, prod_bytes / g_all / 1e6, (bytes + prod_bytes) / 1e6, (bytes + prod_bytes) / 3020e6);
     {
         cudaEvent_t f, j;
-        CK(cudaEventCreateWithFlags(&f, cudaEventDisableTiming));
-        CK(cudaEventCreateWithFlags(&j, cudaEventDisableTiming));
+        BENCH_CK(cudaEventCreateWithFlags(&f, cudaEventDisableTiming));
+        BENCH_CK(cudaEventCreateWithFlags(&j, cudaEventDisableTiming));
         __nv_bfloat16 *other;
-        CK(cudaMalloc(&other, n * 2));
-        const double both_all = timed(s0, 9, [&] {
-            CK(cudaEventRecord(f, s0));
-            CK(cudaStreamWaitEvent(s1, f, 0));
+        BENCH_CK(cudaMalloc(&other, n * 2));
+        const double both_all = bench_ms(s0, 9, [&] {
+            BENCH_CK(cudaEventRecord(f, s0));
+            BENCH_CK(cudaStreamWaitEvent(s1, f, 0));
             k_plain<4><<<eng_blocks, 256, 0, s1>>>(other, (const uint32_t *)w, am, n / 8);
             full.run(y, x, scratch, s0);
-            CK(cudaEventRecord(j, s1));
-            CK(cudaStreamWaitEvent(s0, j, 0));
+            BENCH_CK(cudaEventRecord(j, s1));
+            BENCH_CK(cudaStreamWaitEvent(s0, j, 0));
         });
         std::printf("both at once on two streams, no SM limit: %.3f ms\n", both_all);
-        CK(cudaFree(other));
+        BENCH_CK(cudaFree(other));
     }
     std::printf("%4s %9s | decoding alone on S SMs, ms (GB/s a SM): %-15s %-15s %-15s %-15s | both at once, ms: %-8s %-8s\n",
                 "S", "product", "plain U4", "plain U8", "plain U16", "bulk", "U8", "bulk");
     cudaEvent_t fork, join;
-    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-    CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    BENCH_CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    BENCH_CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
     __nv_bfloat16 *scratch2;
-    CK(cudaMalloc(&scratch2, n * 2));
+    BENCH_CK(cudaMalloc(&scratch2, n * 2));
     const uint32_t *w32 = (const uint32_t *)w;
     for (int S : sms) {
-        gemm part;
-        part.init(prop.multiProcessorCount - S);
-        const double g = timed(s0, 9, [&] { part.run(y, x, scratch, s0); });
-        const double p4 = timed(s0, 5, [&] { k_plain<4><<<S, 1024, plain_smem, s0>>>(scratch, w32, am, n / 8); });
-        const double p8 = timed(s0, 5, [&] { k_plain<8><<<S, 1024, plain_smem, s0>>>(scratch, w32, am, n / 8); });
-        const double p16 = timed(s0, 5, [&] { k_plain<16><<<S, 1024, plain_smem, s0>>>(scratch, w32, am, n / 8); });
-        const double b = timed(s0, 5, [&] { k_bulk<<<S, BULK_THREADS, bulk_smem, s0>>>(scratch, w, am, tiles); });
+        bench_gemm part(TOKENS, ROWS, COLS, prop.multiProcessorCount - S);
+        const double g = bench_ms(s0, 9, [&] { part.run(y, x, scratch, s0); });
+        const double p4 = bench_ms(s0, 5, [&] { k_plain<4><<<S, 1024, plain_smem, s0>>>(scratch, w32, am, n / 8); });
+        const double p8 = bench_ms(s0, 5, [&] { k_plain<8><<<S, 1024, plain_smem, s0>>>(scratch, w32, am, n / 8); });
+        const double p16 = bench_ms(s0, 5, [&] { k_plain<16><<<S, 1024, plain_smem, s0>>>(scratch, w32, am, n / 8); });
+        const double b = bench_ms(s0, 5, [&] { k_bulk<<<S, BULK_THREADS, bulk_smem, s0>>>(scratch, w, am, tiles); });
         /* Both: the decoding of "the next matrix" on s1 (launched first, so its S blocks hold S SMs) and the
          * product on s0 with an SM count target of the rest, forked and joined with events. */
         auto both = [&](auto launch) {
-            return timed(s0, 5, [&] {
-                CK(cudaEventRecord(fork, s0));
-                CK(cudaStreamWaitEvent(s1, fork, 0));
+            return bench_ms(s0, 5, [&] {
+                BENCH_CK(cudaEventRecord(fork, s0));
+                BENCH_CK(cudaStreamWaitEvent(s1, fork, 0));
                 launch();
                 part.run(y, x, scratch, s0);
-                CK(cudaEventRecord(join, s1));
-                CK(cudaStreamWaitEvent(s0, join, 0));
+                BENCH_CK(cudaEventRecord(join, s1));
+                BENCH_CK(cudaStreamWaitEvent(s0, join, 0));
             });
         };
         const double b8 = both([&] { k_plain<8><<<S, 1024, plain_smem, s1>>>(scratch2, w32, am, n / 8); });
         const double bb = both([&] { k_bulk<<<S, BULK_THREADS, bulk_smem, s1>>>(scratch2, w, am, tiles); });
-        CK(cudaGetLastError());
+        BENCH_CK(cudaGetLastError());
         auto rate = [&](double ms) { return bytes / ms / 1e6 / S; };
         std::printf("%4d %6.3f ms | %41s %6.3f (%5.1f)  %6.3f (%5.1f)  %6.3f (%5.1f)  %6.3f (%5.1f) | %8.3f %8.3f\n", S, g, "",
                     p4, rate(p4), p8, rate(p8), p16, rate(p16), b, rate(b), b8, bb);

@@ -96,6 +96,21 @@ struct prefetch {
     }
 };
 
+/* The step's input x, RMS-normalised, into xs[COLS] (its block reduction's barriers publish it to all but the
+ * last pass; the caller's barrier follows). Through L2 (__ldcg): the persistent kernel's blocks would otherwise
+ * find the vector of two steps ago in their L1, which is not coherent. */
+__device__ void stage(float *xs, const float *x)
+{
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < COLS / 4; j += THREADS) {
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(x) + j);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    const float inv = rsqrtf(block_sum(ss) / COLS + 1e-5f);
+    for (int j = threadIdx.x; j < COLS; j += THREADS)
+        xs[j] = __ldcg(x + j) * inv;
+}
+
 /* One step's work after the wait: stage buf[step & 1] normalised, write this block's slice of the other. */
 template <int MODE> __device__ void step_body(const chain_args &a, int step, prefetch &pf, float *xs)
 {
@@ -106,16 +121,7 @@ template <int MODE> __device__ void step_body(const chain_args &a, int step, pre
             y[0] = __ldcg(x) + 1.0f;
         return;
     }
-    /* Through L2 (__ldcg): the persistent kernel's blocks would otherwise
-     * find the vector of two steps ago in their L1, which is not coherent. */
-    float ss = 0.0f;
-    for (int j = threadIdx.x; j < COLS / 4; j += THREADS) {
-        const float4 v = __ldcg(reinterpret_cast<const float4 *>(x) + j);
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    const float inv = rsqrtf(block_sum(ss) / COLS + 1e-5f);
-    for (int j = threadIdx.x; j < COLS; j += THREADS)
-        xs[j] = __ldcg(x + j) * inv;
+    stage(xs, x);
     __syncthreads();
     unsigned acc = MODE == WEIGHTS ? pf.finish(a, step) : 0u;
     /* Each block writes a slice, so the next step depends on every block. */
@@ -247,14 +253,7 @@ __global__ void __launch_bounds__(THREADS) k_bulk(chain_args a, int step, int ns
         atomicMin(&tr[1], gtime());
     const float *x = a.buf[step & 1];
     float *y = a.buf[(step + 1) & 1];
-    float ss = 0.0f;
-    for (int j = threadIdx.x; j < COLS / 4; j += THREADS) {
-        const float4 v = __ldcg(reinterpret_cast<const float4 *>(x) + j);
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    const float inv = rsqrtf(block_sum(ss) / COLS + 1e-5f);
-    for (int j = threadIdx.x; j < COLS; j += THREADS)
-        xs[j] = __ldcg(x + j) * inv;
+    stage(xs, x);
     unsigned acc = 0;
     if (tr && threadIdx.x == 0)
         atomicMax(&tr[2], gtime());

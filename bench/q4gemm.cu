@@ -23,9 +23,8 @@
 #include <cstring>
 #include <vector>
 
-#include <cublasLt.h>
-
 #include "../kernels/cuda/gemm_q4.cu"
+#include "bench_cuda.cuh"
 
 extern "C" int launch_fail(launch_ctx *c, const char *fmt, ...)
 {
@@ -41,23 +40,6 @@ extern "C" int launch_check(launch_ctx *c, const char *op)
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : launch_fail(c, "%s: %s", op, cudaGetErrorString(e));
 }
-
-#define CK(x)                                                                                         \
-    do {                                                                                              \
-        cudaError_t e_ = (x);                                                                         \
-        if (e_ != cudaSuccess) {                                                                      \
-            std::fprintf(stderr, "q4gemm: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-            std::exit(1);                                                                             \
-        }                                                                                             \
-    } while (0)
-#define CKL(x)                                                                            \
-    do {                                                                                  \
-        cublasStatus_t s_ = (x);                                                          \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                \
-            std::fprintf(stderr, "q4gemm: %s: %s\n", #x, cublasLtGetStatusString(s_));   \
-            std::exit(1);                                                                 \
-        }                                                                                 \
-    } while (0)
 
 static const float NF4[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
                               -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
@@ -108,65 +90,6 @@ __global__ void k_scratch(__nv_bfloat16 *out, const uint32_t *w, const float *ab
     }
 }
 
-struct lt {
-    cublasLtHandle_t h;
-    void *ws;
-    size_t ws_bytes = 64 << 20;
-    lt()
-    {
-        CKL(cublasLtCreate(&h));
-        CK(cudaMalloc(&ws, ws_bytes));
-    }
-    /* y[n, rows] = x[n, cols] . W[rows, cols]^T, bf16 in, fp32 out */
-    void run(float *y, const void *x, const void *w, int n, int rows, int cols, cudaStream_t st)
-    {
-        cublasLtMatmulDesc_t desc;
-        cublasLtMatrixLayout_t a, b, d;
-        CKL(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        const cublasOperation_t tr = CUBLAS_OP_T, nt = CUBLAS_OP_N;
-        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &tr, sizeof tr));
-        CKL(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt));
-        CKL(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, cols, rows, cols));
-        CKL(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, cols, n, cols));
-        CKL(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, rows, n, rows));
-        cublasLtMatmulPreference_t pref;
-        CKL(cublasLtMatmulPreferenceCreate(&pref));
-        CKL(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
-        cublasLtMatmulHeuristicResult_t res;
-        int found = 0;
-        CKL(cublasLtMatmulAlgoGetHeuristic(h, desc, a, b, d, d, pref, 1, &res, &found));
-        const float alpha = 1.0f, beta = 0.0f;
-        CKL(cublasLtMatmul(h, desc, &alpha, w, a, x, b, &beta, y, d, y, d, &res.algo, ws, ws_bytes, st));
-        cublasLtMatmulPreferenceDestroy(pref);
-        cublasLtMatrixLayoutDestroy(a);
-        cublasLtMatrixLayoutDestroy(b);
-        cublasLtMatrixLayoutDestroy(d);
-        cublasLtMatmulDescDestroy(desc);
-    }
-};
-
-template <typename F> static double timed(cudaStream_t st, int reps, F f)
-{
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    f();
-    std::vector<float> v;
-    for (int r = 0; r < reps; r++) {
-        CK(cudaEventRecord(e0, st));
-        f();
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        v.push_back(ms);
-    }
-    std::sort(v.begin(), v.end());
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return v[v.size() / 2];
-}
-
 static double rel_err(const std::vector<float> &got, const std::vector<float> &ref)
 {
     double num = 0, den = 0;
@@ -199,9 +122,9 @@ int main(int argc, char **argv)
                   {"8B down", 4096, 14336, true},     {"1B q/k/v", 3072, 2048, false}, {"1B o", 2048, 2048, false},
                   {"1B gate/up", 16384, 2048, false}, {"1B down", 2048, 8192, false}};
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     launch_ctx lc = {};
-    CK(cudaStreamCreateWithFlags(&lc.stream, cudaStreamNonBlocking));
+    BENCH_CK(cudaStreamCreateWithFlags(&lc.stream, cudaStreamNonBlocking));
     lc.n_sms = prop.multiProcessorCount;
     lc.fused_q4 = gemm_q4_supported();
     if (!lc.fused_q4) {
@@ -209,10 +132,9 @@ int main(int argc, char **argv)
                     prop.minor);
         return 1;
     }
-    lt blas;
     float *code;
-    CK(cudaMalloc(&code, sizeof NF4));
-    CK(cudaMemcpy(code, NF4, sizeof NF4, cudaMemcpyHostToDevice));
+    BENCH_CK(cudaMalloc(&code, sizeof NF4));
+    BENCH_CK(cudaMemcpy(code, NF4, sizeof NF4, cudaMemcpyHostToDevice));
     const int N = 512;
     std::printf("q4gemm: %s; %d tokens; ms (median of 9); TFLOP/s in brackets\n", prop.name, N);
     std::printf("%-12s %14s %14s %14s %14s %5s %10s %9s\n", "shape", "fused 1", "fused 2", "scratch", "bf16", "pick",
@@ -240,17 +162,17 @@ int main(int argc, char **argv)
         uint8_t *dw;
         float *dam, *dy, *dref;
         __nv_bfloat16 *dx, *dwref, *scratch;
-        CK(cudaMalloc(&dw, nw / 2));
-        CK(cudaMalloc(&dam, nw / 64 * 4));
-        CK(cudaMalloc(&dx, (size_t)N * cols * 2));
-        CK(cudaMalloc(&dwref, nw * 2));
-        CK(cudaMalloc(&scratch, nw * 2));
-        CK(cudaMalloc(&dy, (size_t)N * rows * 4));
-        CK(cudaMalloc(&dref, (size_t)N * rows * 4));
-        CK(cudaMemcpy(dw, hw.data(), nw / 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dam, ham.data(), nw / 64 * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dwref, href.data(), nw * 2, cudaMemcpyHostToDevice));
+        BENCH_CK(cudaMalloc(&dw, nw / 2));
+        BENCH_CK(cudaMalloc(&dam, nw / 64 * 4));
+        BENCH_CK(cudaMalloc(&dx, (size_t)N * cols * 2));
+        BENCH_CK(cudaMalloc(&dwref, nw * 2));
+        BENCH_CK(cudaMalloc(&scratch, nw * 2));
+        BENCH_CK(cudaMalloc(&dy, (size_t)N * rows * 4));
+        BENCH_CK(cudaMalloc(&dref, (size_t)N * rows * 4));
+        BENCH_CK(cudaMemcpy(dw, hw.data(), nw / 2, cudaMemcpyHostToDevice));
+        BENCH_CK(cudaMemcpy(dam, ham.data(), nw / 64 * 4, cudaMemcpyHostToDevice));
+        BENCH_CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+        BENCH_CK(cudaMemcpy(dwref, href.data(), nw * 2, cudaMemcpyHostToDevice));
         gemv_args ga = {};
         ga.w = dw;
         ga.wt = K_NF4;
@@ -259,44 +181,45 @@ int main(int argc, char **argv)
         ga.group = 64;
         ga.rows = rows;
         ga.cols = cols;
+        bench_gemm gemm_n(N, rows, cols), gemm_37(37, rows, cols);
         double err = 0;
         for (int sub = 1; sub <= 2; sub++) {
             for (int n : {N, 37}) {
-                CK(cudaMemset(dy, 0xff, (size_t)N * rows * 4)); /* NaN: every output must be written */
+                BENCH_CK(cudaMemset(dy, 0xff, (size_t)N * rows * 4)); /* NaN: every output must be written */
                 if (launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, n, sub) != 0) {
                     std::printf("q4gemm: %s\n", lc.err);
                     return 1;
                 }
-                blas.run(dref, dx, dwref, n, rows, cols, lc.stream);
-                CK(cudaStreamSynchronize(lc.stream));
+                (n == N ? gemm_n : gemm_37).run(dref, dx, dwref, lc.stream);
+                BENCH_CK(cudaStreamSynchronize(lc.stream));
                 std::vector<float> got((size_t)n * rows), ref((size_t)n * rows);
-                CK(cudaMemcpy(got.data(), dy, got.size() * 4, cudaMemcpyDeviceToHost));
-                CK(cudaMemcpy(ref.data(), dref, ref.size() * 4, cudaMemcpyDeviceToHost));
+                BENCH_CK(cudaMemcpy(got.data(), dy, got.size() * 4, cudaMemcpyDeviceToHost));
+                BENCH_CK(cudaMemcpy(ref.data(), dref, ref.size() * 4, cudaMemcpyDeviceToHost));
                 err = std::max(err, rel_err(got, ref));
             }
             /* accumulate: y = ref + fused again */
-            CK(cudaMemcpy(dy, dref, (size_t)37 * rows * 4, cudaMemcpyDeviceToDevice));
+            BENCH_CK(cudaMemcpy(dy, dref, (size_t)37 * rows * 4, cudaMemcpyDeviceToDevice));
             if (launch_gemm_q4(&lc, dy, true, dx, K_BF16, &ga, 37, sub) != 0) {
                 std::printf("q4gemm: %s\n", lc.err);
                 return 1;
             }
-            CK(cudaStreamSynchronize(lc.stream));
+            BENCH_CK(cudaStreamSynchronize(lc.stream));
             std::vector<float> got((size_t)37 * rows), ref((size_t)37 * rows);
-            CK(cudaMemcpy(got.data(), dy, got.size() * 4, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(ref.data(), dref, ref.size() * 4, cudaMemcpyDeviceToHost));
+            BENCH_CK(cudaMemcpy(got.data(), dy, got.size() * 4, cudaMemcpyDeviceToHost));
+            BENCH_CK(cudaMemcpy(ref.data(), dref, ref.size() * 4, cudaMemcpyDeviceToHost));
             for (auto &v : ref)
                 v *= 2.0f;
             err = std::max(err, rel_err(got, ref));
         }
         const double flop = 2.0 * rows * cols * N;
-        const double t1 = timed(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 1); });
-        const double t2 = timed(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 2); });
-        const double ts = timed(lc.stream, 9, [&] {
+        const double t1 = bench_ms(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 1); });
+        const double t2 = bench_ms(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 2); });
+        const double ts = bench_ms(lc.stream, 9, [&] {
             k_scratch<<<prop.multiProcessorCount * 16, 256, 0, lc.stream>>>(scratch, (const uint32_t *)dw, dam, code, nw / 8);
-            blas.run(dy, dx, scratch, N, rows, cols, lc.stream);
+            gemm_n.run(dy, dx, scratch, lc.stream);
         });
-        const double tb = timed(lc.stream, 9, [&] { blas.run(dy, dx, dwref, N, rows, cols, lc.stream); });
-        CK(cudaGetLastError());
+        const double tb = bench_ms(lc.stream, 9, [&] { gemm_n.run(dy, dx, dwref, lc.stream); });
+        BENCH_CK(cudaGetLastError());
         const int pick = gemm_q4_tiles(&lc, &ga, K_BF16, N);
         const double tp = pick == 1 ? t1 : pick == 2 ? t2 : ts;
         std::printf("%-12s %6.3f (%4.0f) %6.3f (%4.0f) %6.3f (%4.0f) %6.3f (%4.0f) %5d %10.2f %9.1e%s\n", sh.name, t1,
