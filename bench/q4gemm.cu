@@ -13,7 +13,7 @@
  * inputs, and with an odd token count (37) as well; a relative error above
  * 1e-4 fails the run. "pick" is what the engine uses for the shape
  * (gemm_q4_tiles: 0 is scratch).
- *   q4gemm [--shapes 8b|1b|all]
+ *   q4gemm [--shapes 8b|1b|all] [--tokens N]   (default all, 512)
  */
 #include <algorithm>
 #include <cstdarg>
@@ -106,11 +106,14 @@ static double rel_err(const std::vector<float> &got, const std::vector<float> &r
 int main(int argc, char **argv)
 {
     const char *which = "all";
+    int N = 512;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--shapes") && i + 1 < argc)
             which = argv[++i];
+        else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
+            N = std::atoi(argv[++i]);
         else {
-            std::fprintf(stderr, "usage: q4gemm [--shapes 8b|1b|all]\n");
+            std::fprintf(stderr, "usage: q4gemm [--shapes 8b|1b|all] [--tokens N]\n");
             return 2;
         }
     }
@@ -121,6 +124,10 @@ int main(int argc, char **argv)
     } shapes[] = {{"8B q/k/v", 6144, 4096, true},     {"8B o", 4096, 4096, true},    {"8B gate/up", 28672, 4096, true},
                   {"8B down", 4096, 14336, true},     {"1B q/k/v", 3072, 2048, false}, {"1B o", 2048, 2048, false},
                   {"1B gate/up", 16384, 2048, false}, {"1B down", 2048, 8192, false}};
+    if (N < 37) {
+        std::fprintf(stderr, "q4gemm: --tokens must be at least 37 (the odd count it also checks)\n");
+        return 2;
+    }
     cudaDeviceProp prop;
     BENCH_CK(cudaGetDeviceProperties(&prop, 0));
     launch_ctx lc = {};
@@ -135,7 +142,6 @@ int main(int argc, char **argv)
     float *code;
     BENCH_CK(cudaMalloc(&code, sizeof NF4));
     BENCH_CK(cudaMemcpy(code, NF4, sizeof NF4, cudaMemcpyHostToDevice));
-    const int N = 512;
     std::printf("q4gemm: %s; %d tokens; ms (median of 9); TFLOP/s in brackets\n", prop.name, N);
     std::printf("%-12s %14s %14s %14s %14s %5s %10s %9s\n", "shape", "fused 1", "fused 2", "scratch", "bf16", "pick",
                 "pick/bf16", "error");

@@ -364,24 +364,26 @@ static bool q4_fits(const gemv_args *w, k_dtype xt, const void *x)
 
 /*
  * Sub-tiles for a product of n tokens, or 0 where decoding into scratch and
- * cuBLASLt should be faster. A CTA's time is about NSUB x (0.8 for two
- * sub-tiles, which decode once for both) of a one-sub-tile CTA's, and CTAs
- * run in whole waves of n_sms; cuBLASLt's finer tiles fill a wave about as
- * a fraction, at 1.05 x the one-sub-tile CTA's time. On the H100 this
- * picks, as measured (bench/q4gemm, bench/RESULTS.md 2026-11-25), two
- * sub-tiles for the gate/up matrices and the 8B q/k/v, one for the 8B o
- * and down, and scratch for the 1B's smaller matrices, which fill less
- * than a wave of 128-row tiles.
+ * cuBLASLt should be faster. In units of a one-sub-tile CTA's time (128
+ * rows x 128 tokens x cols): CTAs run in whole waves of n_sms, a two-sub-
+ * tile CTA costs 1.6 (it decodes once for both); the scratch path costs
+ * 1.83 a 128-row tile for the decoding, whatever n, plus 0.66 a 128 x 128
+ * tile for cuBLASLt, whose finer tiles fill a wave as a fraction. The
+ * constants are the H100's (bench/q4gemm, bench/RESULTS.md 2026-11-25):
+ * at 512 tokens this picks two sub-tiles for the gate/up matrices, one for
+ * the 8B o and down, and scratch for the 1B's smaller matrices, which fill
+ * less than a wave, as measured; short prompts, where decoding a whole
+ * matrix for a few tokens dominates, go to the fused product.
  */
 extern "C" int gemm_q4_tiles(const launch_ctx *c, const gemv_args *w, k_dtype xt, int n)
 {
     if (!q4_fits(w, xt, NULL) || n <= 0 || c->n_sms <= 0)
         return 0;
     const double tiles = w->rows / Q4_ROWS, sms = c->n_sms;
-    const double scratch = tiles * ceil_div(n, 128) / sms * 1.05;
+    const double scratch = tiles * 1.83 / sms + 0.66 * tiles * ceil_div(n, 128) / sms;
     const double one = std::ceil(tiles * ceil_div(n, 128) / sms);
-    const double two = std::ceil(tiles * ceil_div(n, 256) / sms) * 2 * 0.8;
-    if (two <= one && two < scratch)
+    const double two = std::ceil(tiles * ceil_div(n, 256) / sms) * 1.6;
+    if (two < one && two < scratch)
         return 2;
     return one < scratch ? 1 : 0;
 }
