@@ -7,20 +7,28 @@
  * model that costs ~7 ms of 21, and it cannot hide behind the products,
  * which read their matrix at ~1.7 TB/s themselves (bench/dqsplit). Here the
  * weights cross memory once, packed: a CTA computes a tile of 128 weight
- * rows by 128 tokens, K 64 at a time (one absmax block):
+ * rows by 128 or 256 tokens (one or two sub-tiles), K 64 at a time (one
+ * absmax block):
  *
- *   - a producer thread streams, per K step, the token tile of x (bf16,
- *     [128 tokens][64], 128-byte swizzle) and the tile's packed weights
+ *   - a producer thread streams, per K step, the token tile of x (bf16 or
+ *     fp16, [tokens][64], 128-byte swizzle) and the tile's packed weights
  *     ([128 rows][32 bytes]) into a ring of shared-memory stages with the
  *     tensor copy engine (TMA), completing on the stage's mbarrier;
  *   - two consumer warpgroups, 64 weight rows each, turn their rows' bytes
  *     into the A fragments of wgmma (register operand): byte -> the two
  *     codes as a bf16 pair (a per-lane table, one conflict-free load), times
  *     the block's absmax (one HMUL2), and multiply them with the x tile
- *     (wgmma m64n128k16, B from shared memory), fp32 accumulation;
+ *     (wgmma m64n128k16 a sub-tile, B from shared memory), fp32
+ *     accumulation;
  *   - the fragments of step s + 1 are built while step s's products run
  *     (two fragment buffers; wgmma.wait_group 1 frees the older one and its
- *     stage).
+ *     stage);
+ *   - the output leaves through shared memory, a token's 128 rows at a time.
+ *
+ * On the H100 this beats decoding into scratch + cuBLASLt on the large
+ * shapes (8B gate/up 0.244 against 0.280 ms at 512 tokens) but runs at
+ * ~0.7 of cuBLASLt's bf16 speed: the decoding, shared-memory-latency
+ * bound with two consumer warpgroups, is what is left (bench/RESULTS.md).
  *
  * The weights reach the tensor cores as bf16(bf16(code) * bf16(absmax)),
  * where the scratch path rounds code * absmax once: within a bf16 rounding
@@ -28,12 +36,13 @@
  *
  * sm_90a only (wgmma, setmaxnreg are not in plain sm_90): built for that
  * target alone (CMakeLists.txt), and used where the device is compute
- * capability 9.0; the launcher says so otherwise and the caller falls back
- * to decoding into scratch.
+ * capability 9.0 (gemm_q4_supported); elsewhere the prefill decodes into
+ * scratch as before.
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 
@@ -214,7 +223,8 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
                 q4_tma_2d(dst + S::B_BYTES, &wmap, s * (Q4_K / 2), row0, &full[st]);
             }
         }
-    } else {
+        return; /* (the consumers' barrier below is a named one of their 256 threads) */
+    }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 
     /* Consumers: warpgroup wg - 1 owns rows 64 (wg - 1) ..; warp w of it rows 16 w + g, + 8. */
@@ -322,23 +332,25 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
             *p = v;
         }
     }
-    }
 #endif
 }
 
-/* cuTensorMapEncodeTiled through the runtime (libengine never links libcuda). */
+/* cuTensorMapEncodeTiled through the runtime (libengine never links libcuda), looked up once: the same
+ * function for the whole process, so an atomic cache rather than state in each context. */
 static PFN_cuTensorMapEncodeTiled_v12000 q4_encode(void)
 {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn; /* the same function for the process: set once, never changed */
-    if (!fn) {
+    static std::atomic<void *> fn{nullptr};
+    void *p = fn.load(std::memory_order_relaxed);
+    if (!p) {
         enum cudaDriverEntryPointQueryResult q;
-        void *p = NULL;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            return NULL;
+        }
+        fn.store(p, std::memory_order_relaxed);
     }
-    return fn;
+    return (PFN_cuTensorMapEncodeTiled_v12000)p;
 }
 
 /* Whether the fused product runs here: compute capability 9.0 (its code is sm_90a). */
