@@ -33,6 +33,7 @@
 
 #include <cuda_bf16.h>
 
+#include "../kernels/cuda/common.cuh" /* smem_addr, mbar_wait */
 #include "bench_cuda.cuh"
 
 #define ROWS 28672
@@ -84,17 +85,15 @@ template <int U> __global__ void __launch_bounds__(1024) k_plain(__nv_bfloat16 *
 #define NO 4                      /* output stages */
 #define BULK_THREADS 512
 
-__device__ __forceinline__ unsigned sa(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
 __device__ __forceinline__ void load_tile(void *dst, const void *w, const void *am, uint64_t *bar)
 {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(bar)), "r"(TILE_IN) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(sa(dst)),
-                 "l"(w), "r"(TILE / 2), "r"(sa(bar))
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(TILE_IN) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
+                 "l"(w), "r"(TILE / 2), "r"(smem_addr(bar))
                  : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     sa((char *)dst + TILE / 2)),
-                 "l"(am), "r"(TILE / GROUP * 4), "r"(sa(bar))
+                     smem_addr((char *)dst + TILE / 2)),
+                 "l"(am), "r"(TILE / GROUP * 4), "r"(smem_addr(bar))
                  : "memory");
 }
 
@@ -110,7 +109,7 @@ __global__ void __launch_bounds__(BULK_THREADS) k_bulk(__nv_bfloat16 *out, const
     auto tile_of = [&](int j) { return blockIdx.x + j * gridDim.x; };
     if (threadIdx.x == 0) {
         for (int s = 0; s < NI; s++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sa(&bar[s])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&bar[s])));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         for (int j = 0; j < NI && (int)tile_of(j) < tiles; j++)
             load_tile(in + j * TILE_IN, w + (size_t)tile_of(j) * (TILE / 2), absmax + (size_t)tile_of(j) * (TILE / GROUP),
@@ -121,10 +120,7 @@ __global__ void __launch_bounds__(BULK_THREADS) k_bulk(__nv_bfloat16 *out, const
         const int s = j % NI, o = j % NO;
         if (threadIdx.x == 0) /* the store that last used out[o] has read it */
             asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(NO - 1) : "memory");
-        asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
-                         sa(&bar[s])),
-                     "r"((unsigned)(j / NI) & 1u)
-                     : "memory");
+        mbar_wait(&bar[s], (unsigned)(j / NI) & 1u);
         __syncthreads();
         /* thread t: bytes 16t .. 16t + 15 (weights 32t ..), one absmax (32 | 64) */
         const uint4 v = reinterpret_cast<const uint4 *>(in + s * TILE_IN)[threadIdx.x];
@@ -146,7 +142,7 @@ __global__ void __launch_bounds__(BULK_THREADS) k_bulk(__nv_bfloat16 *out, const
         if (threadIdx.x == 0) {
             asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
                              out + (size_t)tile_of(j) * TILE),
-                         "r"(sa(ob + o * TILE * 2)), "r"(TILE * 2)
+                         "r"(smem_addr(ob + o * TILE * 2)), "r"(TILE * 2)
                          : "memory");
             asm volatile("cp.async.bulk.commit_group;" ::: "memory");
             const int jn = j + NI;
@@ -174,6 +170,11 @@ int main(int argc, char **argv)
     }
     cudaDeviceProp prop;
     BENCH_CK(cudaGetDeviceProperties(&prop, 0));
+    for (int S : sms)
+        if (S < 1 || S >= prop.multiProcessorCount) {
+            std::fprintf(stderr, "dqsplit: --sms: each count must be 1 .. %d (got %d)\n", prop.multiProcessorCount - 1, S);
+            return 2;
+        }
     const size_t n = (size_t)ROWS * COLS;
     const float nf4[16] = {-1.0f, -0.6961928f, -0.5250731f, -0.3949175f, -0.2844414f, -0.1848449f, -0.0910500f, 0.0f,
                            0.0795803f, 0.1609302f, 0.2461123f, 0.3379152f, 0.4407098f, 0.5626170f, 0.7229568f, 1.0f};

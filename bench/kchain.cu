@@ -182,8 +182,6 @@ template <int MODE> __global__ void __launch_bounds__(THREADS) k_persistent(chai
 
 /* ---- (d) weights through the bulk copy engine into a shared-memory ring ---- */
 
-__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
 __device__ __forceinline__ void bar_init(uint64_t *bar, unsigned count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
@@ -196,14 +194,6 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, unsigned b
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                      smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
-
-__device__ __forceinline__ void bar_wait(uint64_t *bar, unsigned parity)
-{
-    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
-                     smem_addr(bar)),
-                 "r"(parity)
                  : "memory");
 }
 
@@ -259,7 +249,7 @@ __global__ void __launch_bounds__(THREADS) k_bulk(chain_args a, int step, int ns
         atomicMax(&tr[2], gtime());
     for (int k = 0; k < pieces; k++) {
         const int s = k % nst;
-        bar_wait(&bars[s], (unsigned)(k / nst) & 1u);
+        mbar_wait(&bars[s], (unsigned)(k / nst) & 1u);
         const uint4 *p = reinterpret_cast<const uint4 *>(ring + s * BULK_STAGE);
         for (unsigned j = threadIdx.x; j < piece(k) / 16; j += THREADS) {
             const uint4 u = p[j];

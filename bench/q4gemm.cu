@@ -16,7 +16,6 @@
  *   q4gemm [--shapes 8b|1b|all] [--tokens N]   (default all, 512)
  */
 #include <algorithm>
-#include <cstdarg>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,21 +24,6 @@
 
 #include "../kernels/cuda/gemm_q4.cu"
 #include "bench_cuda.cuh"
-
-extern "C" int launch_fail(launch_ctx *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-extern "C" int launch_check(launch_ctx *c, const char *op)
-{
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0 : launch_fail(c, "%s: %s", op, cudaGetErrorString(e));
-}
 
 static const float NF4[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
                               -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,

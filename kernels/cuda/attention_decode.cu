@@ -35,8 +35,7 @@ namespace cg = cooperative_groups;
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
 {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /* Wait until at most N committed groups of this thread are still in flight. */

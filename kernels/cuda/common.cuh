@@ -90,6 +90,18 @@ static inline unsigned ceil_div(long a, long b) { return (unsigned)((a + b - 1) 
 __device__ __forceinline__ void dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void dependents_may_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
 
+/* A shared-memory address as the 32-bit operand of PTX's shared-state instructions. */
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+/* Wait until the mbarrier at `bar` completes the phase of the given parity (0 or 1). */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
+                     smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
 template <typename... P, typename... A>
 static cudaError_t launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A... args)
 {

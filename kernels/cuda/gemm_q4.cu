@@ -81,28 +81,18 @@ struct q4_args {
 };
 
 #ifdef Q4_DEVICE
-__device__ __forceinline__ unsigned q4_sa(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void q4_bar_wait(uint64_t *bar, unsigned parity)
-{
-    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
-                     q4_sa(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-
 __device__ __forceinline__ void q4_tma_2d(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar)
 {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-                     q4_sa(dst)),
-                 "l"(map), "r"(c0), "r"(c1), "r"(q4_sa(bar))
+                     smem_addr(dst)),
+                 "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
                  : "memory");
 }
 
 /* The x tile of a stage as wgmma's B operand: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart. */
 __device__ __forceinline__ uint64_t q4_desc(const void *tile)
 {
-    const uint64_t a = q4_sa(tile);
+    const uint64_t a = smem_addr(tile);
     return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
 
@@ -199,8 +189,8 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     }
     if (tid == 0) {
         for (int s = 0; s < S::STAGES; s++) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(q4_sa(&full[s])));
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(q4_sa(&empty[s]))); /* a consumer warp each */
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&full[s])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(smem_addr(&empty[s]))); /* a consumer warp each */
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -214,9 +204,9 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
             for (int s = 0; s < nk; s++) {
                 const int st = s % S::STAGES;
                 if (s >= S::STAGES)
-                    q4_bar_wait(&empty[st], (unsigned)(s / S::STAGES - 1) & 1u);
+                    mbar_wait(&empty[st], (unsigned)(s / S::STAGES - 1) & 1u);
                 uint8_t *dst = stages + st * S::STAGE_BYTES;
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(q4_sa(&full[st])),
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(&full[st])),
                              "r"(S::STAGE_BYTES)
                              : "memory");
                 q4_tma_2d(dst, &xmap, s * Q4_K, tok0, &full[st]);
@@ -240,9 +230,9 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
         for (int i = 0; i < 64; i++)
             d[u][i] = 0.0f;
     uint32_t fa[2][16];
-    /* The rows' absmax for step s + 4 is loaded at step s (a load from L2
-     * takes longer than a step: loaded one step ahead, every step waited
-     * for it). am[i]: steps congruent to i mod 4. */
+    /* The rows' absmax for step s + 4 is loaded at step s, so its latency
+     * never shows (one step ahead measured the same: the cost was
+     * elsewhere). am[i]: steps congruent to i mod 4. */
     const int gshift = __ffs(a.group / Q4_K) - 1; /* a block of 64 << gshift: steps share an absmax */
     const float *am_r0 = a.absmax + grow0 * (size_t)(a.cols / a.group), *am_r1 = am_r0 + 8 * (size_t)(a.cols / a.group);
     float am[4][2];
@@ -265,7 +255,7 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
             amv[0] = __ldg(am_r0 + ((s + 4) >> gshift));
             amv[1] = __ldg(am_r1 + ((s + 4) >> gshift));
         }
-        q4_bar_wait(&full[st], (unsigned)(s / S::STAGES) & 1u);
+        mbar_wait(&full[st], (unsigned)(s / S::STAGES) & 1u);
         const uint8_t *stage = stages + st * S::STAGE_BYTES;
         q4_fragments<P>(f, stage + S::B_BYTES, lrow, c, mytab, s0, s1);
         const uint64_t desc = q4_desc(stage);
@@ -286,7 +276,7 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
         for (int u = 0; u < NSUB; u++)
             q4_fence(d[u]);
         if (s > 0 && lane == 0)
-            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(q4_sa(&empty[(s - 1) % S::STAGES])) : "memory");
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&empty[(s - 1) % S::STAGES])) : "memory");
     };
     for (int s = 0; s < nk; s += 4) { /* nk is a multiple of 4 (the launcher checks) */
         step(s, fa[0], am[0]);
