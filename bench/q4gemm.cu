@@ -3,7 +3,9 @@
  * against the path it replaces, on the four matrix shapes of an 8B Llama
  * (and the 1B's), 512 tokens:
  *   fused 1, 2  launch_gemm_q4 with one or two 128-token sub-tiles a CTA:
- *               packed weights straight to the tensor cores
+ *               packed weights straight to the tensor cores, the work
+ *               shared out over every multiprocessor (tiles split along K)
+ *   whole 1, 2  the same with whole tiles, one a CTA, in waves
  *   scratch     the engine's decoding into bf16 + cuBLASLt (the default path)
  *   bf16        cuBLASLt alone on a bf16 matrix (what prefill of an
  *               unquantized model does; the issue's 80% target is against it)
@@ -12,8 +14,9 @@
  * (bf16(bf16(code) * bf16(absmax))), poisoned output first, fresh random
  * inputs, and with an odd token count (37) as well; a relative error above
  * 1e-4 fails the run. "pick" is what the engine uses for the shape
- * (gemm_q4_tiles: 0 is scratch).
- *   q4gemm [--shapes 8b|1b|all] [--tokens N]   (default all, 512)
+ * (gemm_q4_tiles: 0 is scratch; split or whole as launch_gemm_q4's model
+ * chooses), timed again for pick/bf16.
+ *   q4gemm [--shapes 8b|1b|all|NAME] [--tokens N]   (default all, 512; NAME: one shape, e.g. "8B down")
  */
 #include <algorithm>
 #include <cmath>
@@ -97,7 +100,7 @@ int main(int argc, char **argv)
         else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
             N = std::atoi(argv[++i]);
         else {
-            std::fprintf(stderr, "usage: q4gemm [--shapes 8b|1b|all] [--tokens N]\n");
+            std::fprintf(stderr, "usage: q4gemm [--shapes 8b|1b|all|NAME] [--tokens N]\n");
             return 2;
         }
     }
@@ -127,11 +130,22 @@ int main(int argc, char **argv)
     BENCH_CK(cudaMalloc(&code, sizeof NF4));
     BENCH_CK(cudaMemcpy(code, NF4, sizeof NF4, cudaMemcpyHostToDevice));
     std::printf("q4gemm: %s; %d tokens; ms (median of 9); TFLOP/s in brackets\n", prop.name, N);
-    std::printf("%-12s %14s %14s %14s %14s %5s %10s %9s\n", "shape", "fused 1", "fused 2", "scratch", "bf16", "pick",
-                "pick/bf16", "error");
+    gemm_q4_work work = {};
+    work.part_bytes = gemm_q4_work_bytes(&lc, 2);
+    work.n_count = lc.n_sms;
+    work.always_split = true; /* the fused columns; the pick uses the model (pick_work) */
+    BENCH_CK(cudaMalloc(&work.part, work.part_bytes));
+    BENCH_CK(cudaMalloc(&work.count, lc.n_sms * sizeof(uint32_t)));
+    BENCH_CK(cudaMemset(work.count, 0, lc.n_sms * sizeof(uint32_t)));
+    gemm_q4_work pick_work = work;
+    pick_work.always_split = false;
+    std::printf("%-12s %14s %14s %14s %14s %14s %14s %5s %10s %9s\n", "shape", "fused 1", "fused 2", "whole 1",
+                "whole 2", "scratch", "bf16", "pick", "pick/bf16", "error");
     int fails = 0;
     for (const shape &sh : shapes) {
-        if ((!std::strcmp(which, "8b") && !sh.big) || (!std::strcmp(which, "1b") && sh.big))
+        const bool named = std::strcmp(which, "8b") && std::strcmp(which, "1b") && std::strcmp(which, "all");
+        if ((!std::strcmp(which, "8b") && !sh.big) || (!std::strcmp(which, "1b") && sh.big) ||
+            (named && std::strcmp(which, sh.name)))
             continue;
         const int rows = sh.rows, cols = sh.cols;
         const size_t nw = (size_t)rows * cols;
@@ -173,10 +187,12 @@ int main(int argc, char **argv)
         ga.cols = cols;
         bench_gemm gemm_n(N, rows, cols), gemm_37(37, rows, cols);
         double err = 0;
-        for (int sub = 1; sub <= 2; sub++) {
+        for (int mode = 0; mode < 4; mode++) {
+            const int sub = 1 + mode % 2;
+            const gemm_q4_work *wk = mode < 2 ? &work : nullptr;
             for (int n : {N, 37}) {
                 BENCH_CK(cudaMemset(dy, 0xff, (size_t)N * rows * 4)); /* NaN: every output must be written */
-                if (launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, n, sub) != 0) {
+                if (launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, n, sub, wk) != 0) {
                     std::printf("q4gemm: %s\n", lc.err);
                     return 1;
                 }
@@ -189,7 +205,7 @@ int main(int argc, char **argv)
             }
             /* accumulate: y = ref + fused again */
             BENCH_CK(cudaMemcpy(dy, dref, (size_t)37 * rows * 4, cudaMemcpyDeviceToDevice));
-            if (launch_gemm_q4(&lc, dy, true, dx, K_BF16, &ga, 37, sub) != 0) {
+            if (launch_gemm_q4(&lc, dy, true, dx, K_BF16, &ga, 37, sub, wk) != 0) {
                 std::printf("q4gemm: %s\n", lc.err);
                 return 1;
             }
@@ -202,19 +218,23 @@ int main(int argc, char **argv)
             err = std::max(err, rel_err(got, ref));
         }
         const double flop = 2.0 * rows * cols * N;
-        const double t1 = bench_ms(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 1); });
-        const double t2 = bench_ms(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 2); });
+        const double t1 = bench_ms(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 1, &work); });
+        const double t2 = bench_ms(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 2, &work); });
+        const double w1 = bench_ms(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 1, nullptr); });
+        const double w2 = bench_ms(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, 2, nullptr); });
         const double ts = bench_ms(lc.stream, 9, [&] {
             k_scratch<<<prop.multiProcessorCount * 16, 256, 0, lc.stream>>>(scratch, (const uint32_t *)dw, dam, code, nw / 8);
             gemm_n.run(dy, dx, scratch, lc.stream);
         });
         const double tb = bench_ms(lc.stream, 9, [&] { gemm_n.run(dy, dx, dwref, lc.stream); });
         BENCH_CK(cudaGetLastError());
-        const int pick = gemm_q4_tiles(&lc, &ga, K_BF16, N);
-        const double tp = pick == 1 ? t1 : pick == 2 ? t2 : ts;
-        std::printf("%-12s %6.3f (%4.0f) %6.3f (%4.0f) %6.3f (%4.0f) %6.3f (%4.0f) %5d %10.2f %9.1e%s\n", sh.name, t1,
-                    flop / t1 / 1e9, t2, flop / t2 / 1e9, ts, flop / ts / 1e9, tb, flop / tb / 1e9, pick, tb / tp, err,
-                    err < 1e-4 ? "" : "  FAIL");
+        const int pick = gemm_q4_tiles(&lc, &ga, K_BF16, N, &pick_work);
+        const double tp =
+            pick ? bench_ms(lc.stream, 9, [&] { launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, N, pick, &pick_work); }) : ts;
+        std::printf("%-12s %6.3f (%4.0f) %6.3f (%4.0f) %6.3f (%4.0f) %6.3f (%4.0f) %6.3f (%4.0f) %6.3f (%4.0f) %5d %10.2f "
+                    "%9.1e%s\n",
+                    sh.name, t1, flop / t1 / 1e9, t2, flop / t2 / 1e9, w1, flop / w1 / 1e9, w2, flop / w2 / 1e9, ts,
+                    flop / ts / 1e9, tb, flop / tb / 1e9, pick, tb / tp, err, err < 1e-4 ? "" : "  FAIL");
         fails += !(err < 1e-4);
         cudaFree(dw), cudaFree(dam), cudaFree(dx), cudaFree(dwref), cudaFree(scratch), cudaFree(dy), cudaFree(dref);
     }

@@ -193,13 +193,26 @@ int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a);
  * launch_dequant writes. nsub: 128-token sub-tiles a CTA (1 or 2).
  * Needs compute capability 9.0 (gemm_q4_supported), rows a multiple of
  * 128, cols of 256, the group a power-of-two multiple of 64.
+ *
+ * Where whole tiles would leave multiprocessors idle, one CTA a
+ * multiprocessor shares the work out evenly by splitting tiles along K, if
+ * `work` has room (gemm_q4_work_bytes; NULL or too small: whole tiles, one
+ * a CTA). The result is the same bits run to run.
  * gemm_q4_tiles: the nsub to use for n tokens, or 0 where launch_dequant +
  * launch_gemm should be faster or the shape does not fit.
  */
+typedef struct gemm_q4_work {
+    void *part;        /* device, partial sums of split tiles; any contents, any use between products */
+    size_t part_bytes;
+    uint32_t *count;   /* [n_count] device, zero before the first product; each product leaves it zero */
+    int n_count;
+    bool always_split; /* split wherever there is room, not only where the model expects a gain (tests) */
+} gemm_q4_work;
 bool gemm_q4_supported(void);
-int gemm_q4_tiles(const launch_ctx *c, const gemv_args *w, k_dtype xt, int n);
+size_t gemm_q4_work_bytes(const launch_ctx *c, int nsub); /* part_bytes for splitting on every multiprocessor */
+int gemm_q4_tiles(const launch_ctx *c, const gemv_args *w, k_dtype xt, int n, const gemm_q4_work *work);
 int launch_gemm_q4(launch_ctx *c, float *y, bool accumulate, const void *x, k_dtype xt, const gemv_args *w, int n,
-                   int nsub);
+                   int nsub, const gemm_q4_work *work);
 
 /*
  * Matrix product through cuBLASLt (prefill): y[n, rows] (= or +=) x[n, cols] . W[rows, cols]^T,

@@ -681,10 +681,14 @@ static void test_quant_products(launch_ctx *lc)
  * exact product with each weight as the kernel forms it,
  * round(round(code) * round(absmax)) in xt (a wrong fragment layout,
  * nibble or absmax is off by O(1); accumulation order leaves ~1e-7), and
- * against the CPU's fp32 weights within a rounding step of xt.
+ * against the CPU's fp32 weights within a rounding step of xt. sms: the
+ * multiprocessors the work is shared among (tiles split along K; a few
+ * make a CTA's range span several tiles and a tile span several CTAs), or
+ * 0 for whole tiles (no work memory). A second run must give the same
+ * bits and leave the counters zero.
  */
 static void check_gemm_q4(launch_ctx *lc, k_dtype type, int group, bool dq, k_dtype xt, int rows, int cols, int n,
-                          int nsub, bool acc)
+                          int nsub, bool acc, int sms)
 {
     const size_t nw = (size_t)rows * cols, nx = (size_t)n * cols, ny = (size_t)n * rows;
     float *wv = malloc(nw * sizeof *wv), *xv = malloc(nx * sizeof *xv), *y0 = malloc(ny * sizeof *y0);
@@ -715,8 +719,33 @@ static void check_gemm_q4(launch_ctx *lc, k_dtype type, int group, bool dq, k_dt
     if (!acc)
         cudaMemset(dy, 0xff, ny * sizeof(float));
     gemv_args a = {.w = dw, .wt = type, .rows = rows, .cols = cols, .scales = dam, .code = dcode, .group = gr};
-    CHECK_MSG(launch_gemm_q4(lc, dy, acc, dxw, xt, &a, n, nsub) == 0, "gemm_q4: %s", lc->err);
+    const int sms0 = lc->n_sms;
+    lc->n_sms = sms > 0 ? sms : sms0;
+    gemm_q4_work work = {.n_count = 256, .always_split = true};
+    work.part_bytes = gemm_q4_work_bytes(lc, nsub);
+    CHECK(cudaMalloc(&work.part, work.part_bytes) == cudaSuccess);
+    CHECK(cudaMalloc((void **)&work.count, 256 * sizeof(uint32_t)) == cudaSuccess);
+    cudaMemset(work.part, 0xff, work.part_bytes);
+    cudaMemset(work.count, 0, 256 * sizeof(uint32_t));
+    CHECK_MSG(launch_gemm_q4(lc, dy, acc, dxw, xt, &a, n, nsub, sms ? &work : NULL) == 0, "gemm_q4: %s", lc->err);
     float *got = host_f32(dy, K_F32, ny);
+    if (acc)
+        cudaMemcpy(dy, y0, ny * sizeof(float), cudaMemcpyHostToDevice);
+    else
+        cudaMemset(dy, 0xff, ny * sizeof(float));
+    CHECK_MSG(launch_gemm_q4(lc, dy, acc, dxw, xt, &a, n, nsub, sms ? &work : NULL) == 0, "gemm_q4: %s", lc->err);
+    float *again = host_f32(dy, K_F32, ny);
+    uint32_t counts[256];
+    cudaMemcpy(counts, work.count, sizeof counts, cudaMemcpyDeviceToHost);
+    int dirty = 0;
+    for (int i = 0; i < 256; i++)
+        dirty += counts[i] != 0;
+    CHECK_MSG(memcmp(got, again, ny * sizeof(float)) == 0 && dirty == 0,
+              "gemm_q4 %dx%d n %d sub %d on %d SMs: a second run differs or %d counters left", rows, cols, n, nsub,
+              lc->n_sms, dirty);
+    lc->n_sms = sms0;
+    cudaFree(work.part), cudaFree(work.count);
+    free(again);
     /* CPU: the kernel's weights and the exact ones */
     float *wk = malloc(nw * sizeof *wk), *wf = malloc(nw * sizeof *wf);
     const uint8_t *bytes = w->data;
@@ -739,8 +768,8 @@ static void check_gemm_q4(launch_ctx *lc, k_dtype type, int group, bool dq, k_dt
         }
     const double ek = rel_err(got, rk, ny), ef = rel_err(got, rf, ny);
     CHECK_MSG(ek < 1e-5 && (gk > 1 || ef < (xt == K_BF16 ? 8e-3 : 1e-3)),
-              "gemm_q4 %s group %d dq %d x %s %dx%d n %d sub %d acc %d: error %.2e (kernel's weights), %.2e (exact)",
-              q_spec_name(&spec), group, dq, dtype_name(xt), rows, cols, n, nsub, acc, ek, ef);
+              "gemm_q4 %s group %d dq %d x %s %dx%d n %d sub %d acc %d sms %d: error %.2e (kernel's weights), %.2e (exact)",
+              q_spec_name(&spec), group, dq, dtype_name(xt), rows, cols, n, nsub, acc, sms, ek, ef);
     free(wv), free(xv), free(y0), free(am), free(got), free(wk), free(wf), free(rk), free(rf), free((void *)hx.data);
     q_weight_free(&qw);
     cudaFree(dxw), cudaFree(dw), cudaFree(dam), cudaFree(dcode), cudaFree(dy);
@@ -752,20 +781,26 @@ static void test_gemm_q4(launch_ctx *lc)
         printf("test_kernels_cuda: the fused 4-bit product needs compute capability 9.0: not checked here\n");
         return;
     }
-    check_gemm_q4(lc, K_NF4, 0, false, K_BF16, 256, 256, 37, 1, false);
-    check_gemm_q4(lc, K_NF4, 0, true, K_BF16, 384, 512, 300, 2, true);
-    check_gemm_q4(lc, K_FP4, 0, false, K_BF16, 128, 1024, 129, 1, true);
-    check_gemm_q4(lc, K_NF4, 128, false, K_BF16, 256, 768, 256, 2, false);
-    check_gemm_q4(lc, K_NF4, 0, false, K_F16, 256, 256, 200, 2, false);
-    check_gemm_q4(lc, K_NF4, 0, false, K_F16, 128, 512, 1, 1, true);
+    const int all = lc->n_sms;
+    check_gemm_q4(lc, K_NF4, 0, false, K_BF16, 256, 256, 37, 1, false, all);
+    check_gemm_q4(lc, K_NF4, 0, true, K_BF16, 384, 512, 300, 2, true, all);
+    check_gemm_q4(lc, K_FP4, 0, false, K_BF16, 128, 1024, 129, 1, true, all);
+    check_gemm_q4(lc, K_NF4, 128, false, K_BF16, 256, 768, 256, 2, false, all);
+    check_gemm_q4(lc, K_NF4, 0, false, K_F16, 256, 256, 200, 2, false, all);
+    check_gemm_q4(lc, K_NF4, 0, false, K_F16, 128, 512, 1, 1, true, all);
+    /* Whole tiles; tiles split in two, three or more pieces, CTAs spanning tiles. */
+    check_gemm_q4(lc, K_NF4, 0, true, K_BF16, 384, 512, 300, 2, true, 0);
+    check_gemm_q4(lc, K_NF4, 0, false, K_BF16, 512, 1536, 200, 1, true, 5);
+    check_gemm_q4(lc, K_NF4, 128, false, K_BF16, 384, 2048, 300, 2, false, 7);
+    check_gemm_q4(lc, K_FP4, 0, false, K_F16, 256, 1024, 129, 1, true, 13);
     /* The engine's choice: shapes it cannot take go to scratch (0). */
     /* (gemm_q4_tiles reads no memory: any 16-byte-aligned address stands for the arrays) */
     float *fake = (float *)(uintptr_t)4096;
     gemv_args a = {.w = fake, .wt = K_NF4, .rows = 100, .cols = 256, .scales = fake, .code = fake, .group = 64};
-    CHECK(gemm_q4_tiles(lc, &a, K_BF16, 512) == 0);
+    CHECK(gemm_q4_tiles(lc, &a, K_BF16, 512, NULL) == 0);
     a.rows = 28672, a.cols = 4096;
-    CHECK(gemm_q4_tiles(lc, &a, K_F32, 512) == 0 && gemm_q4_tiles(lc, &a, K_BF16, 512) > 0);
-    CHECK(launch_gemm_q4(lc, fake, false, fake, K_F32, &a, 512, 1) == -1 && strstr(lc->err, "gemm_q4"));
+    CHECK(gemm_q4_tiles(lc, &a, K_F32, 512, NULL) == 0 && gemm_q4_tiles(lc, &a, K_BF16, 512, NULL) > 0);
+    CHECK(launch_gemm_q4(lc, fake, false, fake, K_F32, &a, 512, 1, NULL) == -1 && strstr(lc->err, "gemm_q4"));
 }
 
 static void check_gemm(launch_ctx *lc, k_dtype t, int n, int rows, int cols, bool acc)

@@ -77,9 +77,9 @@ static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *
     if (k_dtype_is_quant(w->t)) {
         gemv_args g = {.rows = rows, .cols = cols};
         set_mat(&g, w);
-        const int sub = cs->lc.fused_q4 ? gemm_q4_tiles(&cs->lc, &g, cs->cm->wt, n) : 0;
+        const int sub = cs->lc.fused_q4 ? gemm_q4_tiles(&cs->lc, &g, cs->cm->wt, n, &cs->q4_work) : 0;
         if (sub)
-            return launch_gemm_q4(&cs->lc, y, accumulate, cs->act, cs->cm->wt, &g, n, sub);
+            return launch_gemm_q4(&cs->lc, y, accumulate, cs->act, cs->cm->wt, &g, n, sub, &cs->q4_work);
         TRY(launch_dequant(&cs->lc, cs->deq, cs->cm->wt, &g));
         dense = cs->deq;
     }

@@ -38,6 +38,12 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->cand_vals = b.cand_vals;
     cs->step = b.step;
     cs->in_max = b.in_max;
+    /* The fused 4-bit product never runs beside the decoding into deq (both are prefill's, on one stream), so
+     * its split tiles' partial sums use deq's bytes. */
+    cs->q4_work.part = b.deq;
+    cs->q4_work.part_bytes = cs->cm->deq_elems * k_dtype_size(cs->cm->wt);
+    cs->q4_work.count = b.q4_count;
+    cs->q4_work.n_count = PLAN_Q4_COUNTS;
     return bytes;
 }
 
@@ -89,6 +95,10 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->k_cache = cs->kv;
     cs->v_cache = (char *)cs->kv + one;
     layout(cs, s, cs->act_region);
+    if (cudaMemset(cs->q4_work.count, 0, PLAN_Q4_COUNTS * sizeof(uint32_t)) != cudaSuccess) {
+        cuda_session_free(cs);
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA session: %s", cudaGetErrorString(cudaGetLastError()));
+    }
     st = stream_session_create(cs, s, e);
     if (!st && cs->cm->sm && cs->cm->sm->n_hosted > 0)
         st = host_layers_create(s, &cs->host, e);

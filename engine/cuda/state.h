@@ -105,6 +105,7 @@ struct cuda_session {
     float *h_cand_vals;
     int32_t *step;        /* [STEP_INTS]                                 */
     uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zeroed at each decode step */
+    gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
     int n_splits;         /* decode attention splits                     */

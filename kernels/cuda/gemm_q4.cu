@@ -18,17 +18,25 @@
  *     into the A fragments of wgmma (register operand): byte -> the two
  *     codes as a bf16 pair (a per-lane table, one conflict-free load), times
  *     the block's absmax (one HMUL2), and multiply them with the x tile
- *     (wgmma m64n128k16 a sub-tile, B from shared memory), fp32
+ *     (wgmma m64n128k16 or m64n256k16, B from shared memory), fp32
  *     accumulation;
  *   - the fragments of step s + 1 are built while step s's products run
  *     (two fragment buffers; wgmma.wait_group 1 frees the older one and its
  *     stage);
  *   - the output leaves through shared memory, a token's 128 rows at a time.
  *
+ * Whole tiles, one a CTA, run in waves, and the last wave of a product of
+ * a few hundred tiles leaves many multiprocessors idle (8B gate/up at 512
+ * tokens: 448 tiles, 3.4 waves of 132). Where that costs more than
+ * splitting, the grid is one CTA a multiprocessor and each takes an equal
+ * run of (tile, 256-column) units; a tile cut between CTAs is summed from
+ * their partial sums by the last to finish (q4_args).
+ *
  * On the H100 this beats decoding into scratch + cuBLASLt on the large
- * shapes (8B gate/up 0.244 against 0.280 ms at 512 tokens) but runs at
- * ~0.7 of cuBLASLt's bf16 speed: the decoding, shared-memory-latency
- * bound with two consumer warpgroups, is what is left (bench/RESULTS.md).
+ * shapes (8B gate/up 0.222 against 0.281 ms at 512 tokens) but runs at
+ * ~0.75 of cuBLASLt's bf16 speed a step: the decoding, shared-memory-
+ * latency bound with two consumer warpgroups, is what is left
+ * (bench/RESULTS.md).
  *
  * The weights reach the tensor cores as bf16(bf16(code) * bf16(absmax)),
  * where the scratch path rounds code * absmax once: within a bf16 rounding
@@ -50,35 +58,63 @@
 
 #define Q4_ROWS 128    /* weight rows a CTA (two consumer warpgroups of 64) */
 #define Q4_K 64        /* K a stage: one absmax block of 64 */
+#define Q4_UNIT 4      /* K steps a unit of work (256 columns): the consumers' loop is unrolled by 4 */
 #define Q4_THREADS 384 /* producer warpgroup + two consumer warpgroups */
 #define Q4_A_BYTES (Q4_ROWS * Q4_K / 2)
 #define Q4_TABLE_BYTES (256 * 32 * 4)
+#define Q4_PITCH (Q4_ROWS + 4)                     /* the output tile's floats a token: a warp's stores on 32 banks */
+#define Q4_OUT_BYTES (64 * Q4_PITCH * 4)           /* the output tile: 64 tokens at a time */
 
 /*
  * A CTA computes NSUB 128-token sub-tiles with each decoded fragment (the
  * decoding is the costly part; a second sub-tile halves it per product, for
  * 128 accumulator registers a thread instead of 64). Its x tile and stage
- * count follow: 16 or 32 KB of x a stage, 6 or 4 stages.
+ * count follow: 16 or 32 KB of x a stage, 6 or 4 stages. A split tile's
+ * partial sums take PART_FLOAT4 float4 a piece (its 256 consumer threads'
+ * accumulators).
  */
 template <int NSUB> struct q4_shape {
     static constexpr int TOK = 128 * NSUB;
     static constexpr int B_BYTES = TOK * Q4_K * 2;
     static constexpr int STAGE_BYTES = B_BYTES + Q4_A_BYTES; /* a multiple of 1024: x tiles stay 1024-aligned */
     static constexpr int STAGES = NSUB == 1 ? 6 : 4;
-    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + Q4_TABLE_BYTES + 2 * STAGES * 8;
+    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + Q4_TABLE_BYTES + Q4_OUT_BYTES + 2 * STAGES * 8;
+    static constexpr size_t PART_FLOAT4 = (size_t)NSUB * 16 * 256;
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define Q4_DEVICE 1
 #endif
 
+/*
+ * The work is units of (tile, 4 K steps), tile t = row tile * ntok + token
+ * tile (a row tile's token tiles one after the other, so its weights are
+ * read from L2 the second time), unit u of tile t = t * per_tile + K unit.
+ * CTA g takes the units [start(g), start(g + 1)), start(g) = g * units /
+ * ctas: every multiprocessor gets the same share, whatever the tile count
+ * (whole waves of tiles left up to a wave's worth of multiprocessors idle).
+ * A tile cut by these boundaries is split among consecutive CTAs; each
+ * piece leaves its partial sums in `part`, and the piece that arrives last
+ * (count, one counter a split tile, indexed by the first CTA that starts
+ * inside it) adds them in K order, so the result does not depend on which
+ * arrives last.
+ */
 struct q4_args {
     float *y;           /* [n, rows] fp32 */
     bool accumulate;
     const float *absmax; /* [rows * cols / group] */
     int group;
     int n, rows, cols;
+    int ntok, per_tile;  /* token tiles; units a tile (cols / 256) */
+    long long units;     /* row tiles * ntok * per_tile */
+    int ctas;            /* the grid */
+    float4 *part;        /* [2 * ctas][PART_FLOAT4]: slots 2g (g's first piece), 2g + 1 (its last) */
+    unsigned *count;     /* [ctas], zero on entry and on exit */
 };
+
+__host__ __device__ inline long long q4_start(const q4_args &a, long long g) { return g * a.units / a.ctas; }
+/* The CTA whose units hold u: the largest g with start(g) <= u. */
+__host__ __device__ inline int q4_owner(const q4_args &a, long long u) { return (int)(((u + 1) * a.ctas + a.units - 1) / a.units) - 1; }
 
 #ifdef Q4_DEVICE
 __device__ __forceinline__ void q4_tma_2d(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar)
@@ -116,6 +152,35 @@ template <bool BF16> __device__ __forceinline__ void q4_wgmma(float (&d)[64], co
     else
         asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " Q4_WGMMA_OPERANDS
                      : Q4_D8(0), Q4_D8(8), Q4_D8(16), Q4_D8(24), Q4_D8(32), Q4_D8(40), Q4_D8(48), Q4_D8(56)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+/* The same over 256 tokens in one instruction, d[0] tokens 0..127, d[1] 128..255 (the register order of
+ * two n128 products), B's 256 token rows contiguous: the A fragment reaches the tensor cores once for both
+ * halves (1% faster than two n128 products on the 8B shapes). */
+#define Q4_WGMMA256_OPERANDS \
+    "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+    "}, {%128, %129, %130, %131}, %132, 1, 1, 1, 0;"
+#define Q4_D64(v) Q4_D8v(v, 0), Q4_D8v(v, 8), Q4_D8v(v, 16), Q4_D8v(v, 24), Q4_D8v(v, 32), Q4_D8v(v, 40), Q4_D8v(v, 48), Q4_D8v(v, 56)
+#define Q4_D8v(v, i) "+f"(d[v][i]), "+f"(d[v][i + 1]), "+f"(d[v][i + 2]), "+f"(d[v][i + 3]), "+f"(d[v][i + 4]), \
+    "+f"(d[v][i + 5]), "+f"(d[v][i + 6]), "+f"(d[v][i + 7])
+template <bool BF16> __device__ __forceinline__ void q4_wgmma256(float (&d)[2][64], const uint32_t (&a)[4], uint64_t desc)
+{
+    if constexpr (BF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " Q4_WGMMA256_OPERANDS
+                     : Q4_D64(0), Q4_D64(1)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " Q4_WGMMA256_OPERANDS
+                     : Q4_D64(0), Q4_D64(1)
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
@@ -169,13 +234,15 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     typedef typename std::conditional<BF16, __nv_bfloat162, __half2>::type P;
     typedef q4_shape<NSUB> S;
     extern __shared__ uint8_t q4_smem[];
+    __shared__ int last_piece;
     uint8_t *base = reinterpret_cast<uint8_t *>(((uintptr_t)q4_smem + 1023) & ~(uintptr_t)1023);
     uint8_t *stages = base;
     uint32_t *tab = reinterpret_cast<uint32_t *>(base + S::STAGES * S::STAGE_BYTES); /* [byte][lane] code pairs */
-    uint64_t *full = reinterpret_cast<uint64_t *>(tab + 256 * 32), *empty = full + S::STAGES;
+    float *otile = reinterpret_cast<float *>(tab + 256 * 32);                         /* [64 tokens][Q4_PITCH] */
+    uint64_t *full = reinterpret_cast<uint64_t *>(otile + 64 * Q4_PITCH), *empty = full + S::STAGES;
     const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
-    const int row0 = blockIdx.x * Q4_ROWS, tok0 = blockIdx.y * S::TOK;
-    const int nk = a.cols / Q4_K;
+    const int nk = a.cols / Q4_K, me = blockIdx.x;
+    const long long u_begin = q4_start(a, me), u_end = q4_start(a, me + 1);
 
     for (int i = tid; i < 256; i += Q4_THREADS) { /* byte i: (code[i >> 4], code[i & 15]), element 2j first */
         P p;
@@ -196,24 +263,32 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     }
     __syncthreads();
 
-    if (wg == 0) { /* the producer: one thread streams every stage */
+    if (wg == 0) { /* the producer: one thread streams every stage of every piece */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tid == 0) {
             asm volatile("prefetch.tensormap [%0];" ::"l"(&xmap) : "memory");
             asm volatile("prefetch.tensormap [%0];" ::"l"(&wmap) : "memory");
-            for (int s = 0; s < nk; s++) {
-                const int st = s % S::STAGES;
-                if (s >= S::STAGES)
-                    mbar_wait(&empty[st], (unsigned)(s / S::STAGES - 1) & 1u);
-                uint8_t *dst = stages + st * S::STAGE_BYTES;
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(&full[st])),
-                             "r"(S::STAGE_BYTES)
-                             : "memory");
-                q4_tma_2d(dst, &xmap, s * Q4_K, tok0, &full[st]);
-                q4_tma_2d(dst + S::B_BYTES, &wmap, s * (Q4_K / 2), row0, &full[st]);
+            int gs = 0; /* stages filled so far: the ring's position and phase */
+            for (long long u = u_begin; u < u_end;) {
+                const int t = (int)(u / a.per_tile);
+                const long long ue = min(u_end, (long long)(t + 1) * a.per_tile);
+                const int row0 = (t / a.ntok) * Q4_ROWS, tok0 = (t % a.ntok) * S::TOK;
+                const int s1 = (int)(ue - (long long)t * a.per_tile) * Q4_UNIT;
+                for (int s = (int)(u - (long long)t * a.per_tile) * Q4_UNIT; s < s1; s++, gs++) {
+                    const int st = gs % S::STAGES;
+                    if (gs >= S::STAGES)
+                        mbar_wait(&empty[st], (unsigned)(gs / S::STAGES - 1) & 1u);
+                    uint8_t *dst = stages + st * S::STAGE_BYTES;
+                    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(&full[st])),
+                                 "r"(S::STAGE_BYTES)
+                                 : "memory");
+                    q4_tma_2d(dst, &xmap, s * Q4_K, tok0, &full[st]);
+                    q4_tma_2d(dst + S::B_BYTES, &wmap, s * (Q4_K / 2), row0, &full[st]);
+                }
+                u = ue;
             }
         }
-        return; /* (the consumers' barrier below is a named one of their 256 threads) */
+        return; /* (the consumers' barriers below are named ones of their 256 threads) */
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 
@@ -221,106 +296,166 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     const int w = (tid / 32) % 4, g = lane / 4;
     const unsigned c = lane & 3;
     const int lrow = 64 * (wg - 1) + 16 * w + g; /* within the tile */
-    const size_t grow0 = (size_t)(row0 + lrow); /* and grow0 + 8 */
+    const int ct = tid - 128;                    /* 0 .. 255 over both consumer warpgroups */
     const uint32_t *mytab = tab + lane;
-    float d[NSUB][64];
-#pragma unroll
-    for (int u = 0; u < NSUB; u++)
-#pragma unroll
-        for (int i = 0; i < 64; i++)
-            d[u][i] = 0.0f;
-    uint32_t fa[2][16];
-    /* The rows' absmax for step s + 4 is loaded at step s, so its latency
-     * never shows (one step ahead measured the same: the cost was
-     * elsewhere). am[i]: steps congruent to i mod 4. */
     const int gshift = __ffs(a.group / Q4_K) - 1; /* a block of 64 << gshift: steps share an absmax */
-    const float *am_r0 = a.absmax + grow0 * (size_t)(a.cols / a.group), *am_r1 = am_r0 + 8 * (size_t)(a.cols / a.group);
-    float am[4][2];
+    const size_t am_row = (size_t)(a.cols / a.group);
+    float d[NSUB][64];
+    uint32_t fa[2][16];
+    int gs = 0;
+    for (long long u = u_begin; u < u_end;) {
+        const int t = (int)(u / a.per_tile);
+        const long long t0 = (long long)t * a.per_tile, ue = min(u_end, t0 + a.per_tile);
+        const int row0 = (t / a.ntok) * Q4_ROWS, tok0 = (t % a.ntok) * S::TOK;
+        const int s0 = (int)(u - t0) * Q4_UNIT, s1 = (int)(ue - t0) * Q4_UNIT;
+        u = ue;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        am[i][0] = __ldg(am_r0 + (i >> gshift));
-        am[i][1] = __ldg(am_r1 + (i >> gshift));
-    }
-    auto step = [&](int s, uint32_t(&f)[16], float(&amv)[2]) {
-        const int st = s % S::STAGES;
-        P s0, s1;
-        if constexpr (BF16) {
-            s0 = __float2bfloat162_rn(amv[0]);
-            s1 = __float2bfloat162_rn(amv[1]);
-        } else {
-            s0 = __float2half2_rn(amv[0]);
-            s1 = __float2half2_rn(amv[1]);
+        for (int v = 0; v < NSUB; v++)
+#pragma unroll
+            for (int i = 0; i < 64; i++)
+                d[v][i] = 0.0f;
+        /* The rows' absmax for step s + 4 is loaded at step s, so its latency
+         * never shows (one step ahead measured the same: the cost was
+         * elsewhere). am[i]: steps congruent to i mod 4. */
+        const float *am_r0 = a.absmax + (size_t)(row0 + lrow) * am_row, *am_r1 = am_r0 + 8 * am_row;
+        float am[4][2];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            am[i][0] = __ldg(am_r0 + ((s0 + i) >> gshift));
+            am[i][1] = __ldg(am_r1 + ((s0 + i) >> gshift));
         }
-        if (s + 4 < nk) { /* (64-bit division here took more time than the decoding) */
-            amv[0] = __ldg(am_r0 + ((s + 4) >> gshift));
-            amv[1] = __ldg(am_r1 + ((s + 4) >> gshift));
-        }
-        mbar_wait(&full[st], (unsigned)(s / S::STAGES) & 1u);
-        const uint8_t *stage = stages + st * S::STAGE_BYTES;
-        q4_fragments<P>(f, stage + S::B_BYTES, lrow, c, mytab, s0, s1);
-        const uint64_t desc = q4_desc(stage);
-#pragma unroll
-        for (int u = 0; u < NSUB; u++)
-            q4_fence(d[u]);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t fk[4] = {f[4 * k], f[4 * k + 1], f[4 * k + 2], f[4 * k + 3]};
-#pragma unroll
-            for (int u = 0; u < NSUB; u++) /* sub-tile u: 128 rows of 128 bytes further (16 KB) */
-                q4_wgmma<BF16>(d[u], fk, desc + 1024 * u + 2 * k); /* + 32 bytes a k16 step, within the swizzled row */
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); /* step s - 1 is done: its fragments, its stage */
-#pragma unroll
-        for (int u = 0; u < NSUB; u++)
-            q4_fence(d[u]);
-        if (s > 0 && lane == 0)
-            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&empty[(s - 1) % S::STAGES])) : "memory");
-    };
-    for (int s = 0; s < nk; s += 4) { /* nk is a multiple of 4 (the launcher checks) */
-        step(s, fa[0], am[0]);
-        step(s + 1, fa[1], am[1]);
-        step(s + 2, fa[0], am[2]);
-        step(s + 3, fa[1], am[3]);
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-    for (int u = 0; u < NSUB; u++)
-        q4_fence(d[u]);
-
-    /*
-     * Out through shared memory (the stages are all consumed): d[u][4j + (0, 1)]
-     * is row g, tokens 128 u + 8j + 2c (+1), d[u][4j + (2, 3)] row g + 8;
-     * written to a [token][row] tile (pitch 132: a warp's 32 stores on 32
-     * banks), then each token's 128 rows go out as 16-byte stores (straight
-     * from the fragments, each warp store touched 4 tokens x 32 bytes).
-     */
-    constexpr int PITCH = Q4_ROWS + 4;
-    float *tile = reinterpret_cast<float *>(stages);
-    const int ct = tid - 128; /* 0 .. 255 over both consumer warpgroups */
-#pragma unroll
-    for (int u = 0; u < NSUB; u++) {
-        asm volatile("bar.sync 1, 256;" ::: "memory"); /* both warpgroups are past the stages (or the last sub-tile) */
-#pragma unroll
-        for (int j = 0; j < 16; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                tile[(8 * j + 2 * (int)c + (e & 1)) * PITCH + lrow + (e < 2 ? 0 : 8)] = d[u][4 * j + e];
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        const int q = ct & 31;
-        for (int tl = ct >> 5; tl < 128; tl += 8) {
-            const int t = tok0 + 128 * u + tl;
-            if (t >= a.n)
-                break;
-            float4 v = *reinterpret_cast<const float4 *>(tile + tl * PITCH + 4 * q);
-            float4 *p = reinterpret_cast<float4 *>(a.y + (size_t)t * a.rows + row0 + 4 * q);
-            if (a.accumulate) {
-                const float4 o = *p;
-                v.x += o.x, v.y += o.y, v.z += o.z, v.w += o.w;
+        auto step = [&](int s, uint32_t(&f)[16], float(&amv)[2]) {
+            const int st = gs % S::STAGES;
+            P p0, p1;
+            if constexpr (BF16) {
+                p0 = __float2bfloat162_rn(amv[0]);
+                p1 = __float2bfloat162_rn(amv[1]);
+            } else {
+                p0 = __float2half2_rn(amv[0]);
+                p1 = __float2half2_rn(amv[1]);
             }
-            *p = v;
+            if (s + 4 < s1) { /* (64-bit division here took more time than the decoding) */
+                amv[0] = __ldg(am_r0 + ((s + 4) >> gshift));
+                amv[1] = __ldg(am_r1 + ((s + 4) >> gshift));
+            }
+            mbar_wait(&full[st], (unsigned)(gs / S::STAGES) & 1u);
+            const uint8_t *stage = stages + st * S::STAGE_BYTES;
+            q4_fragments<P>(f, stage + S::B_BYTES, lrow, c, mytab, p0, p1);
+            const uint64_t desc = q4_desc(stage);
+#pragma unroll
+            for (int v = 0; v < NSUB; v++)
+                q4_fence(d[v]);
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t fk[4] = {f[4 * k], f[4 * k + 1], f[4 * k + 2], f[4 * k + 3]};
+                if constexpr (NSUB == 2) /* + 32 bytes a k16 step, within the swizzled row */
+                    q4_wgmma256<BF16>(d, fk, desc + 2 * k);
+                else
+                    q4_wgmma<BF16>(d[0], fk, desc + 2 * k);
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); /* the previous step is done: its fragments, its stage */
+#pragma unroll
+            for (int v = 0; v < NSUB; v++)
+                q4_fence(d[v]);
+            if (s > s0 && lane == 0)
+                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&empty[(gs - 1) % S::STAGES]))
+                             : "memory");
+            gs++;
+        };
+        for (int s = s0; s < s1; s += 4) { /* pieces are whole units of 4 steps */
+            step(s, fa[0], am[0]);
+            step(s + 1, fa[1], am[1]);
+            step(s + 2, fa[0], am[2]);
+            step(s + 3, fa[1], am[3]);
         }
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+        for (int v = 0; v < NSUB; v++)
+            q4_fence(d[v]);
+        if (lane == 0) /* the piece's last stage */
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&empty[(gs - 1) % S::STAGES]))
+                         : "memory");
+
+        if (s0 > 0 || s1 < nk) { /* a split tile: leave this piece's sums; the last piece to arrive adds them all */
+            const int glo = q4_owner(a, t0), ghi = q4_owner(a, t0 + a.per_tile - 1);
+            float4 *mine = a.part + (size_t)(2 * me + (q4_start(a, me) < t0)) * S::PART_FLOAT4 + ct;
+#pragma unroll
+            for (int v = 0; v < NSUB; v++)
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    __stcg(mine + (v * 16 + i) * 256,
+                           make_float4(d[v][4 * i], d[v][4 * i + 1], d[v][4 * i + 2], d[v][4 * i + 3]));
+            __threadfence();
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            if (ct == 0) {
+                const unsigned arrived = atomicAdd(&a.count[glo + 1], 1u) + 1;
+                last_piece = arrived == (unsigned)(ghi - glo + 1);
+                if (last_piece)
+                    a.count[glo + 1] = 0; /* every piece has counted: ready for the next product */
+            }
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+            if (!last_piece)
+                continue;
+            __threadfence();
+            /* Every piece's sums from memory (this one's too: its registers held through the loop spill), in K
+             * order: the same bits whichever piece arrives last. */
+#pragma unroll
+            for (int v = 0; v < NSUB; v++)
+#pragma unroll
+                for (int i = 0; i < 64; i++)
+                    d[v][i] = 0.0f;
+            for (int gg = glo; gg <= ghi; gg++) {
+                const float4 *src = a.part + (size_t)(2 * gg + (q4_start(a, gg) < t0)) * S::PART_FLOAT4 + ct;
+#pragma unroll
+                for (int v = 0; v < NSUB; v++)
+#pragma unroll
+                    for (int i = 0; i < 16; i++) {
+                        const float4 p = __ldcg(src + (v * 16 + i) * 256);
+                        d[v][4 * i] += p.x, d[v][4 * i + 1] += p.y, d[v][4 * i + 2] += p.z, d[v][4 * i + 3] += p.w;
+                    }
+            }
+        }
+
+        /*
+         * Out through shared memory, 64 tokens at a time: d[v][4j + (0, 1)]
+         * is row g, tokens 128 v + 8j + 2c (+1), d[v][4j + (2, 3)] row g + 8;
+         * written to a [token][row] tile, then each token's 128 rows go out
+         * as 16-byte stores (straight from the fragments, each warp store
+         * touched 4 tokens x 32 bytes).
+         */
+#pragma unroll
+        for (int v = 0; v < NSUB; v++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                asm volatile("bar.sync 1, 256;" ::: "memory"); /* the tile's last readers are done */
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        otile[(8 * j + 2 * (int)c + (e & 1)) * Q4_PITCH + lrow + (e < 2 ? 0 : 8)] = d[v][4 * (8 * h + j) + e];
+                asm volatile("bar.sync 1, 256;" ::: "memory");
+                const int q = ct & 31;
+#pragma unroll
+                for (int b = 0; b < 2; b++) { /* the residual's loads four at a time, all in flight at once */
+                    float4 o[4];
+                    const int tl0 = (ct >> 5) + 32 * b, tk0 = tok0 + 128 * v + 64 * h + tl0;
+                    float *y0 = a.y + (size_t)tk0 * a.rows + row0 + 4 * q;
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        if (a.accumulate && tk0 + 8 * i < a.n)
+                            o[i] = *reinterpret_cast<const float4 *>(y0 + (size_t)(8 * i) * a.rows);
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        if (tk0 + 8 * i < a.n) {
+                            float4 val = *reinterpret_cast<const float4 *>(otile + (tl0 + 8 * i) * Q4_PITCH + 4 * q);
+                            if (a.accumulate)
+                                val.x += o[i].x, val.y += o[i].y, val.z += o[i].z, val.w += o[i].w;
+                            *reinterpret_cast<float4 *>(y0 + (size_t)(8 * i) * a.rows) = val;
+                        }
+                }
+            }
     }
 #endif
 }
@@ -365,45 +500,92 @@ static bool q4_fits(const gemv_args *w, k_dtype xt, const void *x)
 }
 
 /*
- * Sub-tiles for a product of n tokens, or 0 where decoding into scratch and
- * cuBLASLt should be faster. In units of a one-sub-tile CTA's time (128
- * rows x 128 tokens x cols): CTAs run in whole waves of n_sms, a two-sub-
- * tile CTA costs 1.6 (it decodes once for both); the scratch path costs
- * 1.83 a 128-row tile for the decoding, whatever n, plus 0.66 a 128 x 128
- * tile for cuBLASLt, whose finer tiles fill a wave as a fraction. The
- * constants are the H100's (bench/q4gemm, bench/RESULTS.md 2026-11-25):
- * at 512 tokens this picks two sub-tiles for the gate/up matrices, one for
- * the 8B o and down, and scratch for the 1B's smaller matrices, which fill
- * less than a wave, as measured; short prompts, where decoding a whole
- * matrix for a few tokens dominates, go to the fused product.
+ * The grid for a product: one CTA a multiprocessor splitting tiles, where
+ * `work` holds two partial slots and a counter a CTA and the model below
+ * expects it to be faster (or work->always_split), else one CTA a whole
+ * tile.
+ *
+ * The model, in units of a one-sub-tile CTA's K step (128 rows x 128
+ * tokens x 64, ~0.5 us on the H100; a two-sub-tile step costs 1.6, as it
+ * decodes once for both): whole tiles run in waves of n_sms; split tiles
+ * share the steps out evenly but pay Q4_SPLIT_COST more (the partial sums'
+ * round trip, more epilogues a CTA). Measured on the H100 (bench/q4gemm,
+ * bench/RESULTS.md): at 512 tokens splitting pays for the 8B gate/up and
+ * down matrices only; at 64 for every 8B matrix.
  */
-extern "C" int gemm_q4_tiles(const launch_ctx *c, const gemv_args *w, k_dtype xt, int n)
+#define Q4_SPLIT_COST 32.0
+static double q4_step(int nsub) { return nsub == 2 ? 1.6 : 1.0; }
+static int q4_ctas(const launch_ctx *c, long long tiles, long long units, int nk, int nsub, const gemm_q4_work *work,
+                   double *cost)
+{
+    const long long g = std::min<long long>(c->n_sms, units);
+    const size_t slot = (nsub == 2 ? q4_shape<2>::PART_FLOAT4 : q4_shape<1>::PART_FLOAT4) * sizeof(float4);
+    const double whole = std::ceil((double)tiles / std::max(c->n_sms, 1)) * nk * q4_step(nsub);
+    const bool can = g > 0 && g != tiles && work && work->part && (uintptr_t)work->part % 16 == 0 && work->count &&
+                     work->n_count >= g && work->part_bytes / slot >= 2 * (size_t)g;
+    const double split = can ? std::ceil((double)units / g) * Q4_UNIT * q4_step(nsub) + Q4_SPLIT_COST : whole;
+    const bool use = can && (work->always_split || split < whole);
+    if (cost)
+        *cost = use ? split : whole;
+    return use ? (int)g : (int)tiles;
+}
+
+extern "C" size_t gemm_q4_work_bytes(const launch_ctx *c, int nsub)
+{
+    return 2 * (size_t)std::max(c->n_sms, 0) * (nsub == 2 ? q4_shape<2>::PART_FLOAT4 : q4_shape<1>::PART_FLOAT4) *
+           sizeof(float4);
+}
+
+/*
+ * Sub-tiles for a product of n tokens, or 0 where decoding into scratch and
+ * cuBLASLt should be faster: in q4_ctas's units, the scratch path costs
+ * 1.83 a 128-row tile's step for the decoding, whatever n, plus 0.66 a 128
+ * x 128 tile's for cuBLASLt, whose finer tiles fill a wave as a fraction.
+ */
+static double q4_cost(const launch_ctx *c, const gemv_args *w, int n, int nsub, const gemm_q4_work *work)
+{
+    const long long tiles = (long long)(w->rows / Q4_ROWS) * ceil_div(n, 128 * nsub);
+    const int nk = w->cols / Q4_K;
+    double cost = 0;
+    (void)q4_ctas(c, tiles, tiles * (nk / Q4_UNIT), nk, nsub, work, &cost);
+    return cost;
+}
+
+extern "C" int gemm_q4_tiles(const launch_ctx *c, const gemv_args *w, k_dtype xt, int n, const gemm_q4_work *work)
 {
     if (!q4_fits(w, xt, NULL) || n <= 0 || c->n_sms <= 0)
         return 0;
-    const double tiles = w->rows / Q4_ROWS, sms = c->n_sms;
-    const double scratch = tiles * 1.83 / sms + 0.66 * tiles * ceil_div(n, 128) / sms;
-    const double one = std::ceil(tiles * ceil_div(n, 128) / sms);
-    const double two = std::ceil(tiles * ceil_div(n, 256) / sms) * 1.6;
+    const double rt = w->rows / Q4_ROWS, sms = c->n_sms, nk = w->cols / Q4_K;
+    const double scratch = (rt * 1.83 + 0.66 * rt * ceil_div(n, 128)) * nk / sms;
+    const double one = q4_cost(c, w, n, 1, work), two = q4_cost(c, w, n, 2, work);
     if (two < one && two < scratch)
         return 2;
     return one < scratch ? 1 : 0;
 }
 
 template <typename T, int NSUB>
-static int q4_launch(launch_ctx *c, const CUtensorMap &xmap, const CUtensorMap &wmap, const q4_args &qa, const float *code)
+static int q4_launch(launch_ctx *c, const CUtensorMap &xmap, const CUtensorMap &wmap, q4_args qa, const float *code,
+                     const gemm_q4_work *work)
 {
     typedef q4_shape<NSUB> S;
     auto kern = k_gemm_q4<T, NSUB>;
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM) != cudaSuccess)
         return launch_fail(c, "gemm_q4: %d bytes of shared memory: %s", S::SMEM, cudaGetErrorString(cudaGetLastError()));
-    const dim3 grid((unsigned)(qa.rows / Q4_ROWS), ceil_div(qa.n, S::TOK));
-    kern<<<grid, Q4_THREADS, S::SMEM, c->stream>>>(xmap, wmap, qa, code);
+    qa.ntok = (int)ceil_div(qa.n, S::TOK);
+    qa.per_tile = qa.cols / (Q4_K * Q4_UNIT);
+    const long long tiles = (long long)(qa.rows / Q4_ROWS) * qa.ntok;
+    qa.units = tiles * qa.per_tile;
+    qa.ctas = q4_ctas(c, tiles, qa.units, qa.cols / Q4_K, NSUB, work, NULL);
+    if (qa.ctas != tiles) { /* split tiles: only then are the partial slots and counters touched */
+        qa.part = static_cast<float4 *>(work->part);
+        qa.count = work->count;
+    }
+    kern<<<qa.ctas, Q4_THREADS, S::SMEM, c->stream>>>(xmap, wmap, qa, code);
     return launch_check(c, "gemm_q4");
 }
 
 extern "C" int launch_gemm_q4(launch_ctx *c, float *y, bool accumulate, const void *x, k_dtype xt, const gemv_args *w,
-                              int n, int nsub)
+                              int n, int nsub, const gemm_q4_work *work)
 {
     const int rows = w->rows, cols = w->cols;
     if (!y || !x || !w->w || n <= 0 || (nsub != 1 && nsub != 2) || !q4_fits(w, xt, x))
@@ -430,9 +612,12 @@ extern "C" int launch_gemm_q4(launch_ctx *c, float *y, bool accumulate, const vo
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return launch_fail(c, "gemm_q4: weight tensor map (error %d)", (int)r);
-    const q4_args qa = {y, accumulate, w->scales, w->group, n, rows, cols};
+    q4_args qa = {};
+    qa.y = y, qa.accumulate = accumulate, qa.absmax = w->scales, qa.group = w->group;
+    qa.n = n, qa.rows = rows, qa.cols = cols;
     if (xt == K_BF16)
-        return nsub == 2 ? q4_launch<__nv_bfloat16, 2>(c, xmap, wmap, qa, w->code)
-                         : q4_launch<__nv_bfloat16, 1>(c, xmap, wmap, qa, w->code);
-    return nsub == 2 ? q4_launch<__half, 2>(c, xmap, wmap, qa, w->code) : q4_launch<__half, 1>(c, xmap, wmap, qa, w->code);
+        return nsub == 2 ? q4_launch<__nv_bfloat16, 2>(c, xmap, wmap, qa, w->code, work)
+                         : q4_launch<__nv_bfloat16, 1>(c, xmap, wmap, qa, w->code, work);
+    return nsub == 2 ? q4_launch<__half, 2>(c, xmap, wmap, qa, w->code, work)
+                     : q4_launch<__half, 1>(c, xmap, wmap, qa, w->code, work);
 }
