@@ -77,6 +77,21 @@ __global__ void k_scratch(__nv_bfloat16 *out, const uint32_t *w, const float *ab
     }
 }
 
+/* Where a failed comparison went wrong: the count of bad outputs, the first (token, row) and its values. */
+static void report_bad(const char *what, int mode, int n, int rows, const std::vector<float> &got,
+                       const std::vector<float> &ref)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < got.size(); i++)
+        if (!std::isfinite(got[i]) || std::fabs(got[i] - ref[i]) > 1e-3 * (std::fabs(ref[i]) + 1)) {
+            if (!bad++)
+                first = i;
+        }
+    if (bad)
+        std::printf("q4gemm: %s mode %d n %d: %zu bad outputs, first token %zu row %zu: %g against %g\n", what, mode, n,
+                    bad, first / rows, first % rows, got[first], ref[first]);
+}
+
 static double rel_err(const std::vector<float> &got, const std::vector<float> &ref)
 {
     double num = 0, den = 0;
@@ -136,7 +151,7 @@ int main(int argc, char **argv)
     work.always_split = true; /* the fused columns; the pick uses the model (pick_work) */
     BENCH_CK(cudaMalloc(&work.part, work.part_bytes));
     BENCH_CK(cudaMalloc(&work.count, lc.n_sms * sizeof(uint32_t)));
-    BENCH_CK(cudaMemset(work.count, 0, lc.n_sms * sizeof(uint32_t)));
+    BENCH_CK(cudaMemsetAsync(work.count, 0, lc.n_sms * sizeof(uint32_t), lc.stream));
     gemm_q4_work pick_work = work;
     pick_work.always_split = false;
     std::printf("%-12s %14s %14s %14s %14s %14s %14s %5s %10s %9s\n", "shape", "fused 1", "fused 2", "whole 1",
@@ -191,7 +206,9 @@ int main(int argc, char **argv)
             const int sub = 1 + mode % 2;
             const gemm_q4_work *wk = mode < 2 ? &work : nullptr;
             for (int n : {N, 37}) {
-                BENCH_CK(cudaMemset(dy, 0xff, (size_t)N * rows * 4)); /* NaN: every output must be written */
+                /* NaN: every output must be written (on the product's stream: a non-blocking one does not wait
+                 * for the legacy stream's memset) */
+                BENCH_CK(cudaMemsetAsync(dy, 0xff, (size_t)N * rows * 4, lc.stream));
                 if (launch_gemm_q4(&lc, dy, false, dx, K_BF16, &ga, n, sub, wk) != 0) {
                     std::printf("q4gemm: %s\n", lc.err);
                     return 1;
@@ -201,10 +218,12 @@ int main(int argc, char **argv)
                 std::vector<float> got((size_t)n * rows), ref((size_t)n * rows);
                 BENCH_CK(cudaMemcpy(got.data(), dy, got.size() * 4, cudaMemcpyDeviceToHost));
                 BENCH_CK(cudaMemcpy(ref.data(), dref, ref.size() * 4, cudaMemcpyDeviceToHost));
-                err = std::max(err, rel_err(got, ref));
+                report_bad("product", mode, n, rows, got, ref);
+                report_bad("accumulate", mode, 37, rows, got, ref);
+            err = std::max(err, rel_err(got, ref));
             }
             /* accumulate: y = ref + fused again */
-            BENCH_CK(cudaMemcpy(dy, dref, (size_t)37 * rows * 4, cudaMemcpyDeviceToDevice));
+            BENCH_CK(cudaMemcpyAsync(dy, dref, (size_t)37 * rows * 4, cudaMemcpyDeviceToDevice, lc.stream));
             if (launch_gemm_q4(&lc, dy, true, dx, K_BF16, &ga, 37, sub, wk) != 0) {
                 std::printf("q4gemm: %s\n", lc.err);
                 return 1;

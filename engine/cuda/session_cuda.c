@@ -95,10 +95,6 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->k_cache = cs->kv;
     cs->v_cache = (char *)cs->kv + one;
     layout(cs, s, cs->act_region);
-    if (cudaMemset(cs->q4_work.count, 0, PLAN_Q4_COUNTS * sizeof(uint32_t)) != cudaSuccess) {
-        cuda_session_free(cs);
-        return err_set(e, ENGINE_ERR_CUDA, "CUDA session: %s", cudaGetErrorString(cudaGetLastError()));
-    }
     st = stream_session_create(cs, s, e);
     if (!st && cs->cm->sm && cs->cm->sm->n_hosted > 0)
         st = host_layers_create(s, &cs->host, e);
@@ -108,6 +104,8 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     }
 
     cudaError_t ce = cudaStreamCreateWithFlags(&cs->lc.stream, cudaStreamNonBlocking);
+    if (ce == cudaSuccess) /* on the session's stream: it does not wait for the legacy stream */
+        ce = cudaMemsetAsync(cs->q4_work.count, 0, PLAN_Q4_COUNTS * sizeof(uint32_t), cs->lc.stream);
     /* With hosted layers the CPU is busy during a step: the thread waiting for it sleeps rather than spins. */
     const unsigned done_flags = cudaEventDisableTiming | (cs->host ? cudaEventBlockingSync : 0);
     for (int i = 0; i < 2 && ce == cudaSuccess; i++)

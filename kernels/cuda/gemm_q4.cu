@@ -93,11 +93,16 @@ template <int NSUB> struct q4_shape {
  * CTA g takes the units [start(g), start(g + 1)), start(g) = g * units /
  * ctas: every multiprocessor gets the same share, whatever the tile count
  * (whole waves of tiles left up to a wave's worth of multiprocessors idle).
- * A tile cut by these boundaries is split among consecutive CTAs; each
- * piece leaves its partial sums in `part`, and the piece that arrives last
- * (count, one counter a split tile, indexed by the first CTA that starts
- * inside it) adds them in K order, so the result does not depend on which
- * arrives last.
+ * A tile cut by these boundaries is split among consecutive CTAs. Its
+ * first piece in K is the last of its CTA's range, the others are the
+ * first of theirs (or all of a range inside the tile): those leave their
+ * sums in `part`, a slot a CTA, and count themselves in a counter of the
+ * tile (indexed by the first CTA that starts inside it); the first piece's
+ * CTA waits for the count, adds them to its own in K order and resets the
+ * counter. Writes never wait, so the waits end once every CTA runs, which
+ * the cooperative launch guarantees. Whichever CTA finishes first, the
+ * sums are the same bits (tried first: every piece written and the last
+ * to arrive adding them all, which cost ~15 us a product more).
  */
 struct q4_args {
     float *y;           /* [n, rows] fp32 */
@@ -108,7 +113,7 @@ struct q4_args {
     int ntok, per_tile;  /* token tiles; units a tile (cols / 256) */
     long long units;     /* row tiles * ntok * per_tile */
     int ctas;            /* the grid */
-    float4 *part;        /* [2 * ctas][PART_FLOAT4]: slots 2g (g's first piece), 2g + 1 (its last) */
+    float4 *part;        /* [ctas][PART_FLOAT4]: CTA g's first piece, where it is not its tile's first */
     unsigned *count;     /* [ctas], zero on entry and on exit */
 };
 
@@ -234,7 +239,6 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     typedef typename std::conditional<BF16, __nv_bfloat162, __half2>::type P;
     typedef q4_shape<NSUB> S;
     extern __shared__ uint8_t q4_smem[];
-    __shared__ int last_piece;
     uint8_t *base = reinterpret_cast<uint8_t *>(((uintptr_t)q4_smem + 1023) & ~(uintptr_t)1023);
     uint8_t *stages = base;
     uint32_t *tab = reinterpret_cast<uint32_t *>(base + S::STAGES * S::STAGE_BYTES); /* [byte][lane] code pairs */
@@ -378,36 +382,38 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
             asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&empty[(gs - 1) % S::STAGES]))
                          : "memory");
 
-        if (s0 > 0 || s1 < nk) { /* a split tile: leave this piece's sums; the last piece to arrive adds them all */
+        if (s0 > 0 || s1 < nk) { /* a split tile */
             const int glo = q4_owner(a, t0), ghi = q4_owner(a, t0 + a.per_tile - 1);
-            float4 *mine = a.part + (size_t)(2 * me + (q4_start(a, me) < t0)) * S::PART_FLOAT4 + ct;
+            unsigned *count = a.count + glo + 1;
+            if (me != glo) { /* a later piece (this CTA's first): its sums for the first piece's CTA */
+                float4 *mine = a.part + (size_t)me * S::PART_FLOAT4 + ct;
 #pragma unroll
-            for (int v = 0; v < NSUB; v++)
+                for (int v = 0; v < NSUB; v++)
 #pragma unroll
-                for (int i = 0; i < 16; i++)
-                    __stcg(mine + (v * 16 + i) * 256,
-                           make_float4(d[v][4 * i], d[v][4 * i + 1], d[v][4 * i + 2], d[v][4 * i + 3]));
-            __threadfence();
-            asm volatile("bar.sync 1, 256;" ::: "memory");
+                    for (int i = 0; i < 16; i++)
+                        __stcg(mine + (v * 16 + i) * 256,
+                               make_float4(d[v][4 * i], d[v][4 * i + 1], d[v][4 * i + 2], d[v][4 * i + 3]));
+                __threadfence();
+                asm volatile("bar.sync 1, 256;" ::: "memory");
+                if (ct == 0)
+                    atomicAdd(count, 1u);
+                continue;
+            }
+            /* The tile's first piece, this CTA's last: wait for the others (they are running: the launch is
+             * cooperative) and add theirs to its own, in K order. */
             if (ct == 0) {
-                const unsigned arrived = atomicAdd(&a.count[glo + 1], 1u) + 1;
-                last_piece = arrived == (unsigned)(ghi - glo + 1);
-                if (last_piece)
-                    a.count[glo + 1] = 0; /* every piece has counted: ready for the next product */
+                unsigned arrived;
+                for (;;) {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(arrived) : "l"(count) : "memory");
+                    if (arrived == (unsigned)(ghi - glo))
+                        break;
+                    __nanosleep(64);
+                }
+                *count = 0; /* ready for the next product */
             }
             asm volatile("bar.sync 1, 256;" ::: "memory");
-            if (!last_piece)
-                continue;
-            __threadfence();
-            /* Every piece's sums from memory (this one's too: its registers held through the loop spill), in K
-             * order: the same bits whichever piece arrives last. */
-#pragma unroll
-            for (int v = 0; v < NSUB; v++)
-#pragma unroll
-                for (int i = 0; i < 64; i++)
-                    d[v][i] = 0.0f;
-            for (int gg = glo; gg <= ghi; gg++) {
-                const float4 *src = a.part + (size_t)(2 * gg + (q4_start(a, gg) < t0)) * S::PART_FLOAT4 + ct;
+            for (int gg = glo + 1; gg <= ghi; gg++) {
+                const float4 *src = a.part + (size_t)gg * S::PART_FLOAT4 + ct;
 #pragma unroll
                 for (int v = 0; v < NSUB; v++)
 #pragma unroll
@@ -508,12 +514,12 @@ static bool q4_fits(const gemv_args *w, k_dtype xt, const void *x)
  * The model, in units of a one-sub-tile CTA's K step (128 rows x 128
  * tokens x 64, ~0.5 us on the H100; a two-sub-tile step costs 1.6, as it
  * decodes once for both): whole tiles run in waves of n_sms; split tiles
- * share the steps out evenly but pay Q4_SPLIT_COST more (the partial sums'
- * round trip, more epilogues a CTA). Measured on the H100 (bench/q4gemm,
- * bench/RESULTS.md): at 512 tokens splitting pays for the 8B gate/up and
- * down matrices only; at 64 for every 8B matrix.
+ * share the steps out evenly but pay Q4_SPLIT_COST more (~6 us: the
+ * partial sums' round trip, the wait, more epilogues a CTA). Fitted to the
+ * H100 (bench/q4gemm, bench/RESULTS.md): splitting pays for every 8B
+ * matrix at 64-512 tokens, and for the 1B's larger ones at short prompts.
  */
-#define Q4_SPLIT_COST 32.0
+#define Q4_SPLIT_COST 12.0
 static double q4_step(int nsub) { return nsub == 2 ? 1.6 : 1.0; }
 static int q4_ctas(const launch_ctx *c, long long tiles, long long units, int nk, int nsub, const gemm_q4_work *work,
                    double *cost)
@@ -522,7 +528,7 @@ static int q4_ctas(const launch_ctx *c, long long tiles, long long units, int nk
     const size_t slot = (nsub == 2 ? q4_shape<2>::PART_FLOAT4 : q4_shape<1>::PART_FLOAT4) * sizeof(float4);
     const double whole = std::ceil((double)tiles / std::max(c->n_sms, 1)) * nk * q4_step(nsub);
     const bool can = g > 0 && g != tiles && work && work->part && (uintptr_t)work->part % 16 == 0 && work->count &&
-                     work->n_count >= g && work->part_bytes / slot >= 2 * (size_t)g;
+                     work->n_count >= g && work->part_bytes / slot >= (size_t)g;
     const double split = can ? std::ceil((double)units / g) * Q4_UNIT * q4_step(nsub) + Q4_SPLIT_COST : whole;
     const bool use = can && (work->always_split || split < whole);
     if (cost)
@@ -532,7 +538,7 @@ static int q4_ctas(const launch_ctx *c, long long tiles, long long units, int nk
 
 extern "C" size_t gemm_q4_work_bytes(const launch_ctx *c, int nsub)
 {
-    return 2 * (size_t)std::max(c->n_sms, 0) * (nsub == 2 ? q4_shape<2>::PART_FLOAT4 : q4_shape<1>::PART_FLOAT4) *
+    return (size_t)std::max(c->n_sms, 0) * (nsub == 2 ? q4_shape<2>::PART_FLOAT4 : q4_shape<1>::PART_FLOAT4) *
            sizeof(float4);
 }
 
@@ -580,7 +586,18 @@ static int q4_launch(launch_ctx *c, const CUtensorMap &xmap, const CUtensorMap &
         qa.part = static_cast<float4 *>(work->part);
         qa.count = work->count;
     }
-    kern<<<qa.ctas, Q4_THREADS, S::SMEM, c->stream>>>(xmap, wmap, qa, code);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)qa.ctas);
+    cfg.blockDim = dim3(Q4_THREADS);
+    cfg.dynamicSmemBytes = S::SMEM;
+    cfg.stream = c->stream;
+    cudaLaunchAttribute coop;
+    coop.id = cudaLaunchAttributeCooperative; /* split tiles wait for other CTAs: all must be resident */
+    coop.val.cooperative = 1;
+    cfg.attrs = &coop;
+    cfg.numAttrs = qa.part ? 1 : 0;
+    if (cudaLaunchKernelEx(&cfg, kern, xmap, wmap, qa, code) != cudaSuccess)
+        return launch_fail(c, "gemm_q4: launch of %d CTAs: %s", qa.ctas, cudaGetErrorString(cudaGetLastError()));
     return launch_check(c, "gemm_q4");
 }
 
