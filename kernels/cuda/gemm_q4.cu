@@ -524,12 +524,13 @@ static bool q4_fits(const gemv_args *w, k_dtype xt, const void *x)
  * The model, in units of a one-sub-tile CTA's K step (128 rows x 128
  * tokens x 64, ~0.5 us on the H100; a two-sub-tile step costs 1.6, as it
  * decodes once for both): whole tiles run in waves of n_sms; split tiles
- * share the steps out evenly but pay Q4_SPLIT_COST more (~6 us: the
+ * share the steps out evenly but pay Q4_SPLIT_COST more (~7 us: the
  * partial sums' round trip, the wait, more epilogues a CTA). Fitted to the
- * H100 (bench/q4gemm, bench/RESULTS.md): splitting pays for every 8B
- * matrix at 64-512 tokens, and for the 1B's larger ones at short prompts.
+ * H100 (bench/q4gemm, bench/RESULTS.md): at 512 tokens splitting pays for
+ * the 8B q/k/v, gate/up and down matrices (the 8B o runs whole), at 64-128
+ * for every 8B matrix and the 1B's down.
  */
-#define Q4_SPLIT_COST 12.0
+#define Q4_SPLIT_COST 14.0
 static double q4_step(int nsub) { return nsub == 2 ? 1.6 : 1.0; }
 static int q4_ctas(const launch_ctx *c, long long tiles, long long units, int nk, int nsub, const gemm_q4_work *work,
                    double *cost)
