@@ -103,7 +103,7 @@ template <int NSUB> struct q4_shape {
  * counter. Writes never wait, so the waits end once every CTA runs, which
  * the cooperative launch guarantees. Whichever CTA finishes first, the
  * sums are the same bits (tried first: every piece written and the last
- * to arrive adding them all, which cost ~15 us a product more).
+ * to arrive adding them all, which cost ~10 us a product more).
  */
 struct q4_args {
     bool accumulate;
