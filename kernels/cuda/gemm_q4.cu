@@ -109,7 +109,7 @@ struct q4_args {
     bool accumulate;
     const float *absmax; /* [rows * cols / group] */
     int group;
-    int n, rows, cols;
+    int cols;
     int ntok, per_tile;  /* token tiles; units a tile (cols / 256) */
     long long units;     /* row tiles * ntok * per_tile */
     int ctas;            /* the grid */
@@ -117,9 +117,9 @@ struct q4_args {
     unsigned *count;     /* [ctas], zero on entry and on exit */
 };
 
-__host__ __device__ inline long long q4_start(const q4_args &a, long long g) { return g * a.units / a.ctas; }
+__device__ inline long long q4_start(const q4_args &a, long long g) { return g * a.units / a.ctas; }
 /* The CTA whose units hold u: the largest g with start(g) <= u. */
-__host__ __device__ inline int q4_owner(const q4_args &a, long long u) { return (int)(((u + 1) * a.ctas + a.units - 1) / a.units) - 1; }
+__device__ inline int q4_owner(const q4_args &a, long long u) { return (int)(((u + 1) * a.ctas + a.units - 1) / a.units) - 1; }
 
 #ifdef Q4_DEVICE
 __device__ __forceinline__ void q4_tma_2d(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar)
@@ -583,15 +583,15 @@ extern "C" int gemm_q4_tiles(const launch_ctx *c, const gemv_args *w, k_dtype xt
 template <typename T, int NSUB>
 static int q4_launch(launch_ctx *c, const CUtensorMap &xmap, const CUtensorMap &wmap, const CUtensorMap &ymap,
                      q4_args qa, const float *code,
-                     const gemm_q4_work *work)
+                     const gemm_q4_work *work, int n, int rows)
 {
     typedef q4_shape<NSUB> S;
     auto kern = k_gemm_q4<T, NSUB>;
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM) != cudaSuccess)
         return launch_fail(c, "gemm_q4: %d bytes of shared memory: %s", S::SMEM, cudaGetErrorString(cudaGetLastError()));
-    qa.ntok = (int)ceil_div(qa.n, S::TOK);
+    qa.ntok = (int)ceil_div(n, S::TOK);
     qa.per_tile = qa.cols / (Q4_K * Q4_UNIT);
-    const long long tiles = (long long)(qa.rows / Q4_ROWS) * qa.ntok;
+    const long long tiles = (long long)(rows / Q4_ROWS) * qa.ntok;
     qa.units = tiles * qa.per_tile;
     qa.ctas = q4_ctas(c, tiles, qa.units, qa.cols / Q4_K, NSUB, work, NULL);
     if (qa.ctas != tiles) { /* split tiles: only then are the partial slots and counters touched */
@@ -652,10 +652,10 @@ extern "C" int launch_gemm_q4(launch_ctx *c, float *y, bool accumulate, const vo
         return launch_fail(c, "gemm_q4: output tensor map (error %d)", (int)r);
     q4_args qa = {};
     qa.accumulate = accumulate, qa.absmax = w->scales, qa.group = w->group;
-    qa.n = n, qa.rows = rows, qa.cols = cols;
+    qa.cols = cols;
     if (xt == K_BF16)
-        return nsub == 2 ? q4_launch<__nv_bfloat16, 2>(c, xmap, wmap, ymap, qa, w->code, work)
-                         : q4_launch<__nv_bfloat16, 1>(c, xmap, wmap, ymap, qa, w->code, work);
-    return nsub == 2 ? q4_launch<__half, 2>(c, xmap, wmap, ymap, qa, w->code, work)
-                     : q4_launch<__half, 1>(c, xmap, wmap, ymap, qa, w->code, work);
+        return nsub == 2 ? q4_launch<__nv_bfloat16, 2>(c, xmap, wmap, ymap, qa, w->code, work, n, rows)
+                         : q4_launch<__nv_bfloat16, 1>(c, xmap, wmap, ymap, qa, w->code, work, n, rows);
+    return nsub == 2 ? q4_launch<__half, 2>(c, xmap, wmap, ymap, qa, w->code, work, n, rows)
+                     : q4_launch<__half, 1>(c, xmap, wmap, ymap, qa, w->code, work, n, rows);
 }
