@@ -19,6 +19,7 @@
  *   q4gemm [--shapes 8b|1b|all|NAME] [--tokens N]   (default all, 512; NAME: one shape, e.g. "8B down")
  */
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -126,6 +127,12 @@ int main(int argc, char **argv)
     } shapes[] = {{"8B q/k/v", 6144, 4096, true},     {"8B o", 4096, 4096, true},    {"8B gate/up", 28672, 4096, true},
                   {"8B down", 4096, 14336, true},     {"1B q/k/v", 3072, 2048, false}, {"1B o", 2048, 2048, false},
                   {"1B gate/up", 16384, 2048, false}, {"1B down", 2048, 8192, false}};
+    const bool named = std::strcmp(which, "8b") && std::strcmp(which, "1b") && std::strcmp(which, "all");
+    const auto is_named = [&](const shape &sh) { return !std::strcmp(which, sh.name); };
+    if (named && std::none_of(std::begin(shapes), std::end(shapes), is_named)) {
+        std::fprintf(stderr, "q4gemm: --shapes %s: not 8b, 1b, all or a shape's name (e.g. \"8B down\")\n", which);
+        return 2;
+    }
     if (N < 37) {
         std::fprintf(stderr, "q4gemm: --tokens must be at least 37 (the odd count it also checks)\n");
         return 2;
@@ -158,7 +165,6 @@ int main(int argc, char **argv)
                 "whole 2", "scratch", "bf16", "pick", "pick/bf16", "error");
     int fails = 0;
     for (const shape &sh : shapes) {
-        const bool named = std::strcmp(which, "8b") && std::strcmp(which, "1b") && std::strcmp(which, "all");
         if ((!std::strcmp(which, "8b") && !sh.big) || (!std::strcmp(which, "1b") && sh.big) ||
             (named && std::strcmp(which, sh.name)))
             continue;
