@@ -29,20 +29,56 @@ __device__ void rope_head(O *dst, const float *src, const float *bias, const flo
         ss = warp_sum(ss);
         inv = rsqrtf(ss / hd + eps);
     }
+    /* Each lane loads all it needs for B of its elements (or pairs) before
+     * it stores any: a loop of load, then store, waited one round trip to
+     * L2 per element, four of them for a 128-wide v row. */
     if (!rope) {
-        for (int i = lane; i < hd; i += 32)
-            dst[i] = from_f32<O>((src[i] + (bias ? bias[i] : 0.0f)) * (norm ? inv * norm[i] : 1.0f));
+        constexpr int B = 4; /* head_dim 128 in one round */
+        for (int i0 = lane; i0 < hd; i0 += 32 * B) {
+            float v[B], g[B];
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                const int i = i0 + 32 * b;
+                if (i < hd) {
+                    v[b] = src[i] + (bias ? bias[i] : 0.0f);
+                    g[b] = norm ? inv * norm[i] : 1.0f;
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                const int i = i0 + 32 * b;
+                if (i < hd)
+                    dst[i] = from_f32<O>(v[b] * g[b]);
+            }
+        }
         return;
     }
     const float *cs = cos_t + (size_t)pos * half, *sn = sin_t + (size_t)pos * half;
-    for (int i = lane; i < half; i += 32) {
-        float x0 = src[i] + (bias ? bias[i] : 0.0f), x1 = src[i + half] + (bias ? bias[i + half] : 0.0f);
-        if (norm) {
-            x0 = x0 * inv * norm[i];
-            x1 = x1 * inv * norm[i + half];
+    constexpr int B = 2; /* pairs: head_dim 128 in one round */
+    for (int i0 = lane; i0 < half; i0 += 32 * B) {
+        float x0[B], x1[B], c[B], s[B];
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int i = i0 + 32 * b;
+            if (i < half) {
+                x0[b] = src[i] + (bias ? bias[i] : 0.0f);
+                x1[b] = src[i + half] + (bias ? bias[i + half] : 0.0f);
+                if (norm) {
+                    x0[b] *= inv * norm[i];
+                    x1[b] *= inv * norm[i + half];
+                }
+                c[b] = cs[i];
+                s[b] = sn[i];
+            }
         }
-        dst[i] = from_f32<O>(x0 * cs[i] - x1 * sn[i]);
-        dst[i + half] = from_f32<O>(x1 * cs[i] + x0 * sn[i]);
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int i = i0 + 32 * b;
+            if (i < half) {
+                dst[i] = from_f32<O>(x0[b] * c[b] - x1[b] * s[b]);
+                dst[i + half] = from_f32<O>(x1[b] * c[b] + x0[b] * s[b]);
+            }
+        }
     }
 }
 
