@@ -215,14 +215,14 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
             const int j = j0 + b * blockDim.x;
             if (j >= n8)
                 break;
+            const float *xb = vb[b], *nb = gb[b];
             __half2 h[4];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const float *v = vb[b], *g = gb[b];
                 if (rms && x_max)
-                    ss += v[2 * i] * v[2 * i] + v[2 * i + 1] * v[2 * i + 1];
-                h[i] = rms ? __floats2half2_rn(v[2 * i] * g[2 * i] * f, v[2 * i + 1] * g[2 * i + 1] * f)
-                           : __floats2half2_rn(v[2 * i] * f, v[2 * i + 1] * f);
+                    ss += xb[2 * i] * xb[2 * i] + xb[2 * i + 1] * xb[2 * i + 1];
+                h[i] = rms ? __floats2half2_rn(xb[2 * i] * nb[2 * i] * f, xb[2 * i + 1] * nb[2 * i + 1] * f)
+                           : __floats2half2_rn(xb[2 * i] * f, xb[2 * i + 1] * f);
             }
             *reinterpret_cast<uint4 *>(xs + 8 * j + 8 * j / P * 8) = *reinterpret_cast<const uint4 *>(h); /* P: 32 */
         }
