@@ -30,6 +30,10 @@
  * it found: the input's reads after the wait queue behind the weights in
  * flight, so a deeper prefetch lengthens the staging by as much as it saves.
  *
+ * The counter variants: (a) with the wait on a counter the previous step's
+ * blocks post instead of griddepcontrol.wait, and (c) with that counter as
+ * the barrier instead of grid_barrier's two round trips.
+ *
  *   kchain [--steps N] [--weights BYTES] [--ring KB] [--carveout PCT] [--trace]
  *   (defaults 1000 steps, 9.5e6 bytes: an 8B nf4 o-projection; ring 64)
  */
@@ -50,6 +54,42 @@
         }                                                                              \
     } while (0)
 
+/*
+ * Dependencies through a counter in global memory instead of the grid's
+ * completion: every block of a step adds 1 when its outputs are written
+ * (counter_post, a release), and the next step waits until the count
+ * reaches the block count (counter_wait), without waiting for the step's
+ * grid to retire and flush. Measured slower than PDL's wait, both between
+ * kernels and as a persistent kernel's barrier (bench/RESULTS.md,
+ * 2026-11-26).
+ */
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* Called by every thread; thread 0 polls (relaxed, then one acquire fence), the block follows. */
+__device__ __forceinline__ void counter_wait(const unsigned *ctr, unsigned target)
+{
+    if (threadIdx.x == 0) {
+        while (ld_relaxed(ctr) < target)
+            ;
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    }
+    __syncthreads();
+}
+
+/* Called by every thread of the block once its global writes are done. */
+__device__ __forceinline__ void counter_post(unsigned *ctr)
+{
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
+}
+
 #define THREADS 256
 #define COLS 4096
 
@@ -62,6 +102,7 @@ struct chain_args {
     int w_slices;           /* slices before the weights wrap around */
     unsigned *bar_count;    /* grid barrier (persistent kernel) */
     unsigned *bar_gen;
+    unsigned *ctr;          /* [steps] counters (counter modes), zero before each replay */
     unsigned long long *trace; /* bulk, optional: [steps][4] first start, first wait done, last stage done, last end */
 };
 
@@ -133,17 +174,22 @@ template <int MODE> __device__ void step_body(const chain_args &a, int step, pre
     }
 }
 
-template <int MODE, bool PDL> __global__ void __launch_bounds__(THREADS) k_step(chain_args a, int step)
+/* SYNC: 0 plain launches, 1 PDL, 2 PDL launches with the wait on the previous step's counter (counter_wait). */
+template <int MODE, int SYNC> __global__ void __launch_bounds__(THREADS) k_step(chain_args a, int step)
 {
     __shared__ float xs[COLS];
     prefetch pf;
     if (MODE == WEIGHTS)
         pf.issue(a, step);
-    if (PDL) {
+    if (SYNC > 0)
         dependents_may_launch(); /* the next step may start its own prefetch */
+    if (SYNC == 1)
         dependency_wait();
-    }
+    if (SYNC == 2 && step > 0)
+        counter_wait(a.ctr + step - 1, gridDim.x);
     step_body<MODE>(a, step, pf, xs);
+    if (SYNC == 2)
+        counter_post(a.ctr + step);
 }
 
 /* All blocks meet; the last to arrive starts the next generation. */
@@ -167,16 +213,21 @@ __device__ void grid_barrier(const chain_args &a)
     __syncthreads();
 }
 
-template <int MODE> __global__ void __launch_bounds__(THREADS) k_persistent(chain_args a, int steps)
+/* CTR: the barrier is one counter a step (counter_post / counter_wait), not grid_barrier's two round trips. */
+template <int MODE, bool CTR> __global__ void __launch_bounds__(THREADS) k_persistent(chain_args a, int steps)
 {
     __shared__ float xs[COLS];
     for (int s = 0; s < steps; s++) {
         prefetch pf;
         if (MODE == WEIGHTS)
             pf.issue(a, s); /* before the barrier, as a persistent decode kernel would */
-        if (s > 0)
+        if (s > 0 && CTR)
+            counter_wait(a.ctr + s - 1, gridDim.x);
+        else if (s > 0)
             grid_barrier(a);
         step_body<MODE>(a, s, pf, xs);
+        if (CTR)
+            counter_post(a.ctr + s);
     }
 }
 
@@ -269,12 +320,12 @@ __global__ void __launch_bounds__(THREADS) k_bulk(chain_args a, int step, int ns
         atomicMax(&tr[3], gtime());
 }
 
-template <int MODE, bool PDL> static void launch_step(const chain_args &a, int blocks, int step, cudaStream_t st)
+template <int MODE, int SYNC> static void launch_step(const chain_args &a, int blocks, int step, cudaStream_t st)
 {
-    if (PDL)
-        CHECK_CUDA(launch_pdl(k_step<MODE, true>, dim3(blocks), dim3(THREADS), 0, st, a, step));
+    if (SYNC > 0)
+        CHECK_CUDA(launch_pdl(k_step<MODE, SYNC>, dim3(blocks), dim3(THREADS), 0, st, a, step));
     else
-        k_step<MODE, false><<<blocks, THREADS, 0, st>>>(a, step);
+        k_step<MODE, 0><<<blocks, THREADS, 0, st>>>(a, step);
     CHECK_CUDA(cudaGetLastError());
 }
 
@@ -312,37 +363,50 @@ template <typename F> static double time_graph(cudaStream_t st, int steps, F bui
 template <int MODE> static void run_mode(const char *name, const chain_args &a, int blocks, int coop_blocks, int steps,
                                          cudaStream_t st)
 {
+    const size_t cbytes = (size_t)steps * sizeof(unsigned);
     const double pdl = time_graph(st, steps, [&] {
         for (int s = 0; s < steps; s++)
-            launch_step<MODE, true>(a, blocks, s, st);
+            launch_step<MODE, 1>(a, blocks, s, st);
     });
     const double plain = time_graph(st, steps, [&] {
         for (int s = 0; s < steps; s++)
-            launch_step<MODE, false>(a, blocks, s, st);
+            launch_step<MODE, 0>(a, blocks, s, st);
+    });
+    const double ctr = time_graph(st, steps, [&] {
+        CHECK_CUDA(cudaMemsetAsync(a.ctr, 0, cbytes, st));
+        for (int s = 0; s < steps; s++)
+            launch_step<MODE, 2>(a, blocks, s, st);
     });
     /* One launch runs every step (no graph needed): median of 5 after a warm-up. */
-    chain_args b = a;
-    int n = steps;
-    void *args[] = {&b, &n};
-    cudaEvent_t e0, e1;
-    CHECK_CUDA(cudaEventCreate(&e0));
-    CHECK_CUDA(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    for (int r = 0; r < 6; r++) {
-        CHECK_CUDA(cudaEventRecord(e0, st));
-        CHECK_CUDA(cudaLaunchCooperativeKernel((void *)k_persistent<MODE>, dim3(coop_blocks), dim3(THREADS), args, 0, st));
-        CHECK_CUDA(cudaEventRecord(e1, st));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        float t = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-        if (r > 0)
-            ms.push_back(t);
+    double pers[2];
+    for (int v = 0; v < 2; v++) {
+        chain_args b = a;
+        int n = steps;
+        void *args[] = {&b, &n};
+        void *kern = v ? (void *)k_persistent<MODE, true> : (void *)k_persistent<MODE, false>;
+        cudaEvent_t e0, e1;
+        CHECK_CUDA(cudaEventCreate(&e0));
+        CHECK_CUDA(cudaEventCreate(&e1));
+        std::vector<float> ms;
+        for (int r = 0; r < 6; r++) {
+            CHECK_CUDA(cudaMemsetAsync(a.ctr, 0, cbytes, st));
+            CHECK_CUDA(cudaEventRecord(e0, st));
+            CHECK_CUDA(cudaLaunchCooperativeKernel(kern, dim3(coop_blocks), dim3(THREADS), args, 0, st));
+            CHECK_CUDA(cudaEventRecord(e1, st));
+            CHECK_CUDA(cudaEventSynchronize(e1));
+            float t = 0;
+            CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+            if (r > 0)
+                ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        CHECK_CUDA(cudaEventDestroy(e0));
+        CHECK_CUDA(cudaEventDestroy(e1));
+        pers[v] = ms[ms.size() / 2] * 1000.0 / steps;
     }
-    std::sort(ms.begin(), ms.end());
-    CHECK_CUDA(cudaEventDestroy(e0));
-    CHECK_CUDA(cudaEventDestroy(e1));
-    const double pers = ms[ms.size() / 2] * 1000.0 / steps;
-    std::printf("%-8s  PDL %6.2f µs a step   plain %6.2f   persistent (grid barrier) %6.2f\n", name, pdl, plain, pers);
+    std::printf("%-8s  PDL %6.2f µs a step   plain %6.2f   PDL + counter wait %6.2f   persistent: grid barrier %6.2f, "
+                "counters %6.2f\n",
+                name, pdl, plain, ctr, pers[0], pers[1]);
 }
 
 static void run_bulk(const chain_args &a, int blocks, int nst, int steps, int carveout, bool trace, cudaStream_t st)
@@ -422,7 +486,7 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     int per_sm = 0;
-    CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_persistent<WEIGHTS>, THREADS, 0));
+    CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_persistent<WEIGHTS, false>, THREADS, 0));
     const int blocks = 2 * prop.multiProcessorCount, coop = std::min(per_sm, 2) * prop.multiProcessorCount;
 
     chain_args a = {};
@@ -437,6 +501,7 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaMalloc(&a.bar_count, 2 * sizeof(unsigned)));
     CHECK_CUDA(cudaMemset(a.bar_count, 0, 2 * sizeof(unsigned)));
     a.bar_gen = a.bar_count + 1;
+    CHECK_CUDA(cudaMalloc(&a.ctr, (size_t)steps * sizeof(unsigned)));
     cudaStream_t st;
     CHECK_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 

@@ -12,7 +12,9 @@
 /*
  * dst[hd] = rope(norm(src + bias)) for the head at src (fp32), rows pos of
  * the cos/sin tables [*, hd/2]. bias and norm may be NULL; rope = false
- * skips the rotation (v). Called by all 32 lanes of a warp.
+ * skips the rotation (v). Called by all 32 lanes of a warp. src is read
+ * through L2 (__ldcg): in the persistent decode kernel another
+ * multiprocessor wrote it, and L1 is not coherent.
  */
 template <typename O>
 __device__ void rope_head(O *dst, const float *src, const float *bias, const float *norm, float eps,
@@ -23,7 +25,7 @@ __device__ void rope_head(O *dst, const float *src, const float *bias, const flo
     if (norm) {
         float ss = 0.0f;
         for (int i = lane; i < hd; i += 32) {
-            const float v = src[i] + (bias ? bias[i] : 0.0f);
+            const float v = __ldcg(src + i) + (bias ? bias[i] : 0.0f);
             ss += v * v;
         }
         ss = warp_sum(ss);
@@ -40,7 +42,7 @@ __device__ void rope_head(O *dst, const float *src, const float *bias, const flo
             for (int b = 0; b < B; b++) {
                 const int i = i0 + 32 * b;
                 if (i < hd) {
-                    v[b] = src[i] + (bias ? bias[i] : 0.0f);
+                    v[b] = __ldcg(src + i) + (bias ? bias[i] : 0.0f);
                     g[b] = norm ? inv * norm[i] : 1.0f;
                 }
             }
@@ -61,8 +63,8 @@ __device__ void rope_head(O *dst, const float *src, const float *bias, const flo
         for (int b = 0; b < B; b++) {
             const int i = i0 + 32 * b;
             if (i < half) {
-                x0[b] = src[i] + (bias ? bias[i] : 0.0f);
-                x1[b] = src[i + half] + (bias ? bias[i + half] : 0.0f);
+                x0[b] = __ldcg(src + i) + (bias ? bias[i] : 0.0f);
+                x1[b] = __ldcg(src + i + half) + (bias ? bias[i + half] : 0.0f);
                 if (norm) {
                     x0[b] *= inv * norm[i];
                     x1[b] *= inv * norm[i + half];
