@@ -236,88 +236,6 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
 }
 
 /*
- * The input for the INT8 products as 24-bit integers: each block of 32
- * columns scaled by the power of two that brings its largest |x * norm|
- * into [2^22, 2^23), rounded, and split into a signed high byte and
- * unsigned middle and low bytes, so that a dp4a multiplies 4 weights by 4
- * of any one (chunk_i8x). The rounding moves a value by at most 2^-23 of
- * its block's largest: fp32's own
- * rounding of the products is of that size, so the results match the
- * fp32 staging's (a 16-bit split measured 2.6e-4 of the logits' scale on
- * the llama_f32 fixture with an int8 head, against 1e-4 allowed). Per 16
- * columns (a chunk) 80 bytes: 16 high, 16 middle and 16 low bytes, the
- * block's scale (fp32) and 28 spare bytes, which put the 16-byte reads of
- * 8 lanes on 32 distinct banks. A group of 8 columns a thread; the 4
- * threads of a block (lanes 4k .. 4k + 3) find its maximum by shuffles.
- * cols: a multiple of 32. Returns what the sums are multiplied by (1 / rms
- * for RMSNorm).
- */
-template <int IN, int P>
-__device__ float stage_input(int8_t *xs, const float *x, const float *norm, int cols, float eps, const unsigned *)
-{
-    const bool rms = IN == GEMV_IN_RMSNORM;
-    const bool vec = (uintptr_t)x % 16 == 0 && (!rms || (uintptr_t)norm % 16 == 0);
-    const int n8 = cols / 8, lane = threadIdx.x & 31, wbase = threadIdx.x - lane;
-    float ss = 0.0f;
-    constexpr int SB = rms ? 2 : 4; /* groups a thread at once: loads first, as the other stagings */
-    for (int k0 = 0; wbase + k0 < n8; k0 += SB * blockDim.x) { /* uniform across the warp: it shuffles */
-        float vb[SB][8], gb[SB][8];
-#pragma unroll
-        for (int b = 0; b < SB; b++) {
-            const int j = threadIdx.x + k0 + b * blockDim.x;
-            if (j < n8) {
-                load8(vb[b], x, j, vec);
-                if (rms)
-                    load8(gb[b], norm, j, vec);
-            }
-        }
-#pragma unroll
-        for (int b = 0; b < SB; b++) {
-            const int j = threadIdx.x + k0 + b * blockDim.x;
-            const bool ok = j < n8; /* the same for the 4 lanes of a block: n8 is a multiple of 4 */
-            unsigned m = 0; /* max |v| as bits: NaN ranks above inf, so it reaches the scale */
-            if (ok)
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    if (rms) {
-                        ss += vb[b][i] * vb[b][i];
-                        vb[b][i] *= gb[b][i];
-                    }
-                    m = max(m, __float_as_uint(fabsf(vb[b][i])));
-                }
-            m = max(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            m = max(m, __shfl_xor_sync(0xffffffffu, m, 2));
-            if (!ok)
-                continue;
-            /* The scale: the power of two 2^k that brings the largest into [2^22, 2^23) (no division); inf or
-             * NaN in the block becomes the block's scale, so that it reaches the sums. */
-            const int E = max((int)(m >> 23), 23); /* m: |v| bits, sign clear */
-            const float r = __uint_as_float((uint32_t)max(276 - E, 1) << 23);
-            const float sx = E == 255 ? __uint_as_float(m) : __uint_as_float((uint32_t)(E - 22) << 23);
-            int q[8];
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                q[i] = min(max(__float2int_rn(vb[b][i] * r), -8388607), 8388607);
-            int8_t *c = xs + (j >> 1) * 80 + (j & 1) * 8;
-            /* byte 2 (high, signed), 1 and 0 of each value, four values a word */
-            const unsigned sel[3] = {0x0062u, 0x0051u, 0x0040u};
-#pragma unroll
-            for (int k = 0; k < 3; k++) {
-                uint32_t w[2];
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    w[h] = __byte_perm(__byte_perm(q[4 * h], q[4 * h + 1], sel[k]),
-                                       __byte_perm(q[4 * h + 2], q[4 * h + 3], sel[k]), 0x5410);
-                *reinterpret_cast<uint2 *>(c + 16 * k) = make_uint2(w[0], w[1]);
-            }
-            if (!(j & 1))
-                *reinterpret_cast<float *>(c + 48) = sx;
-        }
-    }
-    return publish_input<IN>(ss, cols, eps);
-}
-
-/*
  * One unit of loading and its dot product with the staged input. The lanes
  * of a warp take consecutive chunks; with wide chunks (16 or 32 columns)
  * element i of every lane's chunk would sit in one shared-memory bank, so
@@ -416,54 +334,6 @@ struct chunk_i8 : x_f32 {
  * for the other int8 products measured slower.
  */
 struct chunk_i8_glu : chunk_i8 {
-    static constexpr int UNROLL = 4;
-};
-
-/* a . b + c for 4 signed bytes of a and 4 unsigned bytes of b */
-__device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c)
-{
-    int d;
-    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
-/* What the INT8 products stage where the columns allow (a multiple of 32): 24-bit integers, stage_input's int8_t form. */
-struct x_i16 {
-    typedef int8_t X;
-    static constexpr size_t TABLE = 0;
-};
-
-/*
- * INT8 against the 24-bit input: 16 weights times the 16 high, middle and
- * low bytes in 12 dp4a (each sum exact in int32), three conversions and
- * two multiply-adds join them (exact: each part below 2^18 times a power
- * of two), then the two scales: 19 instructions for 16 weights, where
- * chunk_i8 takes 48. (Leaving chunk_i8's decoding and multiply-adds out,
- * wrong results, right timing, made 8B int8 decode 10.7% faster on an
- * H200, 351.7 -> 389.4 tok/s: they are on the token's critical path.)
- */
-struct chunk_i8x : x_i16 {
-    static constexpr int VEC = 16, PAD = 64, UNROLL = GEMV_UNROLL, ROWS = GEMV_ROWS;
-    uint4 v;
-    float s;
-    __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
-    {
-        v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const int8_t *>(a.w) + (size_t)ri * a.cols) + c);
-        s = __ldg(a.scales + (size_t)ri * q.n_groups + ((c * VEC) >> q.shift));
-    }
-    __device__ __forceinline__ float dot(const int8_t *xs) const
-    {
-        const uint4 *x4 = static_cast<const uint4 *>(__builtin_assume_aligned(xs, 16));
-        const uint4 h = x4[0], m = x4[1], l = x4[2], sc = x4[3];
-        int ah = __dp4a((int)v.x, (int)h.x, 0), am = dp4a_su(v.x, m.x, 0), al = dp4a_su(v.x, l.x, 0);
-        ah = __dp4a((int)v.y, (int)h.y, ah), am = dp4a_su(v.y, m.y, am), al = dp4a_su(v.y, l.y, al);
-        ah = __dp4a((int)v.z, (int)h.z, ah), am = dp4a_su(v.z, m.z, am), al = dp4a_su(v.z, l.z, al);
-        ah = __dp4a((int)v.w, (int)h.w, ah), am = dp4a_su(v.w, m.w, am), al = dp4a_su(v.w, l.w, al);
-        const float sum = fmaf((float)ah, 65536.0f, fmaf((float)am, 256.0f, (float)al));
-        return sum * (__uint_as_float(sc.x) * s);
-    }
-};
-struct chunk_i8x_glu : chunk_i8x {
     static constexpr int UNROLL = 4;
 };
 
@@ -725,10 +595,6 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
     case K_I8:
         if (!quant_ok(a))
             return launch_fail(c, "gemv: int8 weights without scales");
-        if (chunks_fit(a) && a->cols % 32 == 0) { /* the input as 24-bit integers: 80 bytes every 16 columns */
-            const size_t xb = (size_t)a->cols / 16 * 80;
-            return a->glu_out ? run_input<chunk_i8x_glu>(c, a, xb) : run_input<chunk_i8x>(c, a, xb);
-        }
         if (chunks_fit(a))
             return a->glu_out ? run_input<chunk_i8_glu>(c, a, smem) : run_input<chunk_i8>(c, a, smem);
         return run_input<chunk_q1<K_I8>>(c, a, smem);
