@@ -486,7 +486,7 @@ __device__ __noinline__ void product(const decode_layers_args &a, dl_shared &sh,
             const float *aa = sa + (size_t)ia * aw, *ab = sa + (size_t)ib * aw;
             float acc0 = 0.0f, acc1 = 0.0f;
             for (int c = lane; c < nc; c += 32) {
-                const __half *xc = xs + c * 40;
+                const __half *xc = static_cast<const __half *>(__builtin_assume_aligned(xs + c * 40, 16));
                 const int g = (c * 32) >> gshift;
                 acc0 += q4_dot(wa[c], aa[g], xc);
                 acc1 += q4_dot(wb[c], ab[g], xc);
@@ -579,13 +579,13 @@ __device__ __noinline__ void attention(const decode_layers_args &a, dl_shared &s
         const int tasks = Gq + (has_new ? 2 : 0);
         for (int t = cw; t < tasks; t += DL_CW) {
             if (t < Gq) {
-                rope_head<float>(m.qs + t * hd, a.qkv + (size_t)(kvh * Gq + t) * hd, nullptr, nullptr, a.eps, a.cos,
+                rope_head<float, true>(m.qs + t * hd, a.qkv + (size_t)(kvh * Gq + t) * hd, nullptr, nullptr, a.eps, a.cos,
                                  a.sin, pos, hd, true);
                 continue;
             }
             const int is_v = t - Gq;
             __half *row = m.nrow + is_v * hd;
-            rope_head<__half>(row, a.qkv + (size_t)(nh + (is_v ? nkv : 0) + kvh) * hd, nullptr, nullptr, a.eps, a.cos,
+            rope_head<__half, true>(row, a.qkv + (size_t)(nh + (is_v ? nkv : 0) + kvh) * hd, nullptr, nullptr, a.eps, a.cos,
                               a.sin, pos, hd, !is_v);
             __syncwarp();
             uint4 *cache = reinterpret_cast<uint4 *>(static_cast<__half *>(is_v ? L.v_cache : L.k_cache) +

@@ -47,15 +47,16 @@ struct alignas(16) half2x4 {
  * lie). The products run on fp16 pairs: a byte's two codes (one lookup)
  * times two input values (a 16-byte read gives 8) in one HFMA2. A half2
  * sums 8 products a half at most (two words), then goes to fp32; the
- * absmax applies in fp32. Needs build_pairs' table.
+ * absmax applies in fp32. Needs build_pairs' table. xs must be 16-byte
+ * aligned, and visibly so to the compiler: where the caller's pointer
+ * arithmetic hides it, x is read as 4-byte words, which conflict across
+ * lanes 80 bytes apart (measured: 2x the shared-memory wavefronts).
  */
 __device__ __forceinline__ float q4_dot(const uint4 &v, float am, const __half *xs)
 {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
     const uint32_t lane4 = (threadIdx.x & 31) * 4;
-    /* 16-byte reads: where the caller's pointer arithmetic hides the alignment, the compiler would otherwise
-     * read x as 4-byte words, which conflict across lanes 80 bytes apart (measured: 2x the wavefronts). */
-    const half2x4 *x8 = static_cast<const half2x4 *>(__builtin_assume_aligned(xs, 16));
+    const half2x4 *x8 = reinterpret_cast<const half2x4 *>(xs);
     float2 f[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
