@@ -20,15 +20,8 @@
 
 #include "../kernels/kernels_cuda.h"
 #include "../quant/quant.h"
+#include "bench_cuda.cuh"
 
-#define CHECK_CUDA(x)                                                                  \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            std::fprintf(stderr, "dlayers: %s: %s\n", #x, cudaGetErrorString(e_));     \
-            std::exit(1);                                                              \
-        }                                                                              \
-    } while (0)
 
 /* Random bytes (hash of the index), or values lo + (hi - lo) * u of type T. */
 __global__ void k_fill_bytes(unsigned char *p, size_t n, unsigned seed)
@@ -94,10 +87,10 @@ int main(int argc, char **argv)
                               {2 * (size_t)s.ffn, (size_t)s.dim}, {(size_t)s.dim, (size_t)s.ffn}};
     launch_ctx lc;
     std::memset(&lc, 0, sizeof lc);
-    CHECK_CUDA(cudaStreamCreateWithFlags(&lc.stream, cudaStreamNonBlocking));
-    CHECK_CUDA(cudaDeviceGetAttribute(&lc.n_sms, cudaDevAttrMultiProcessorCount, 0));
+    BENCH_CK(cudaStreamCreateWithFlags(&lc.stream, cudaStreamNonBlocking));
+    BENCH_CK(cudaDeviceGetAttribute(&lc.n_sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop;
-    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    BENCH_CK(cudaGetDeviceProperties(&prop, 0));
 
     std::vector<decode_layer_w> tab(L);
     size_t bytes = 0; /* weights and absmax a token reads */
@@ -108,38 +101,38 @@ int main(int argc, char **argv)
         float *am[4];
         for (int k = 0; k < 4; k++) {
             const size_t n = mat[k][0] * mat[k][1];
-            CHECK_CUDA(cudaMalloc(&w[k], n / 2));
-            CHECK_CUDA(cudaMalloc(&am[k], n / group * sizeof(float)));
+            BENCH_CK(cudaMalloc(&w[k], n / 2));
+            BENCH_CK(cudaMalloc(&am[k], n / group * sizeof(float)));
             fill_bytes(w[k], n / 2);
             k_fill<float><<<1024, 256>>>(am[k], n / group, 0.005f, 0.02f, seed++);
             bytes += n / 2 + n / group * sizeof(float);
         }
         float *norm[2];
         for (int k = 0; k < 2; k++) {
-            CHECK_CUDA(cudaMalloc(&norm[k], s.dim * sizeof(float)));
+            BENCH_CK(cudaMalloc(&norm[k], s.dim * sizeof(float)));
             k_fill<float><<<64, 256>>>(norm[k], s.dim, 0.8f, 1.2f, seed++);
         }
         __half *cache[2];
         for (int k = 0; k < 2; k++) {
-            CHECK_CUDA(cudaMalloc(&cache[k], (size_t)ctx * kvd * sizeof(__half)));
+            BENCH_CK(cudaMalloc(&cache[k], (size_t)ctx * kvd * sizeof(__half)));
             k_fill<__half><<<1024, 256>>>(cache[k], (size_t)ctx * kvd, -1.0f, 1.0f, seed++);
         }
         tab[l] = decode_layer_w{w[0], w[1], w[2], w[3], am[0], am[1], am[2], am[3], norm[0], norm[1], cache[0], cache[1]};
     }
-    CHECK_CUDA(cudaGetLastError());
+    BENCH_CK(cudaGetLastError());
     decode_layers_args a = {};
     void *p;
     auto dev = [&](size_t n) {
-        CHECK_CUDA(cudaMalloc(&p, n));
-        CHECK_CUDA(cudaMemset(p, 0, n));
+        BENCH_CK(cudaMalloc(&p, n));
+        BENCH_CK(cudaMemset(p, 0, n));
         return p;
     };
     a.layers = static_cast<decode_layer_w *>(dev(L * sizeof(decode_layer_w)));
-    CHECK_CUDA(cudaMemcpy((void *)a.layers, tab.data(), L * sizeof(decode_layer_w), cudaMemcpyHostToDevice));
+    BENCH_CK(cudaMemcpy((void *)a.layers, tab.data(), L * sizeof(decode_layer_w), cudaMemcpyHostToDevice));
     a.n_layers = L, a.dim = s.dim, a.n_heads = s.nh, a.n_kv_heads = s.nkv, a.head_dim = s.hd, a.ffn_dim = s.ffn;
     a.n_ctx = ctx, a.group = group, a.eps = 1e-5f;
     a.code = static_cast<float *>(dev(16 * sizeof(float)));
-    CHECK_CUDA(cudaMemcpy((void *)a.code, q_nf4_code, 16 * sizeof(float), cudaMemcpyHostToDevice));
+    BENCH_CK(cudaMemcpy((void *)a.code, q_nf4_code, 16 * sizeof(float), cudaMemcpyHostToDevice));
     const int half = s.hd / 2;
     std::vector<float> cs((size_t)ctx * half), sn((size_t)ctx * half);
     for (int q = 0; q < ctx; q++)
@@ -150,10 +143,10 @@ int main(int argc, char **argv)
         }
     a.cos = static_cast<float *>(dev(cs.size() * sizeof(float)));
     a.sin = static_cast<float *>(dev(sn.size() * sizeof(float)));
-    CHECK_CUDA(cudaMemcpy((void *)a.cos, cs.data(), cs.size() * sizeof(float), cudaMemcpyHostToDevice));
-    CHECK_CUDA(cudaMemcpy((void *)a.sin, sn.data(), sn.size() * sizeof(float), cudaMemcpyHostToDevice));
+    BENCH_CK(cudaMemcpy((void *)a.cos, cs.data(), cs.size() * sizeof(float), cudaMemcpyHostToDevice));
+    BENCH_CK(cudaMemcpy((void *)a.sin, sn.data(), sn.size() * sizeof(float), cudaMemcpyHostToDevice));
     a.pos = static_cast<int *>(dev(sizeof(int)));
-    CHECK_CUDA(cudaMemcpy((void *)a.pos, &pos, sizeof pos, cudaMemcpyHostToDevice));
+    BENCH_CK(cudaMemcpy((void *)a.pos, &pos, sizeof pos, cudaMemcpyHostToDevice));
     std::vector<float> x0(s.dim);
     for (int i = 0; i < s.dim; i++)
         x0[i] = (float)((i * 7919 % 2001) / 1000.0 - 1.0);
@@ -169,20 +162,20 @@ int main(int argc, char **argv)
     }
 
     cudaEvent_t e0, e1;
-    CHECK_CUDA(cudaEventCreate(&e0));
-    CHECK_CUDA(cudaEventCreate(&e1));
+    BENCH_CK(cudaEventCreate(&e0));
+    BENCH_CK(cudaEventCreate(&e1));
     std::vector<float> ms;
     for (int r = 0; r <= reps; r++) { /* the first is a warm-up */
-        CHECK_CUDA(cudaMemcpyAsync(a.x, x0.data(), s.dim * sizeof(float), cudaMemcpyHostToDevice, lc.stream));
-        CHECK_CUDA(cudaEventRecord(e0, lc.stream));
+        BENCH_CK(cudaMemcpyAsync(a.x, x0.data(), s.dim * sizeof(float), cudaMemcpyHostToDevice, lc.stream));
+        BENCH_CK(cudaEventRecord(e0, lc.stream));
         if (launch_decode_layers(&lc, &a) != 0) {
             std::fprintf(stderr, "dlayers: %s\n", lc.err);
             return 1;
         }
-        CHECK_CUDA(cudaEventRecord(e1, lc.stream));
-        CHECK_CUDA(cudaEventSynchronize(e1));
+        BENCH_CK(cudaEventRecord(e1, lc.stream));
+        BENCH_CK(cudaEventSynchronize(e1));
         float t = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+        BENCH_CK(cudaEventElapsedTime(&t, e0, e1));
         if (r > 0)
             ms.push_back(t);
     }
@@ -197,13 +190,13 @@ int main(int argc, char **argv)
         const size_t n = (size_t)L * 5 * G * 4;
         std::vector<unsigned long long> h(n);
         a.trace = static_cast<unsigned long long *>(dev(n * sizeof(unsigned long long)));
-        CHECK_CUDA(cudaMemcpy(a.x, x0.data(), s.dim * sizeof(float), cudaMemcpyHostToDevice));
+        BENCH_CK(cudaMemcpy(a.x, x0.data(), s.dim * sizeof(float), cudaMemcpyHostToDevice));
         if (launch_decode_layers(&lc, &a) != 0) {
             std::fprintf(stderr, "dlayers: %s\n", lc.err);
             return 1;
         }
-        CHECK_CUDA(cudaStreamSynchronize(lc.stream));
-        CHECK_CUDA(cudaMemcpy(h.data(), a.trace, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        BENCH_CK(cudaStreamSynchronize(lc.stream));
+        BENCH_CK(cudaMemcpy(h.data(), a.trace, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         const char *names[5] = {"q/k/v", "attention", "o", "gate/up", "down"};
         /* per op: medians over layers of (median, max over blocks) of each stamp after the previous op's last
          * block was done */
