@@ -33,13 +33,23 @@ build() {
 }
 
 # The whole suite built with clang, AddressSanitizer (LeakSanitizer included)
-# and UndefinedBehaviorSanitizer, any report fatal; CPU only.
+# and UndefinedBehaviorSanitizer, any report fatal; CPU only. LeakSanitizer's
+# own stop-the-world tracer now and then crashes at a test's exit after the
+# test has passed ("Tracer caught signal 11", google/sanitizers#1353; seen
+# here on test_endurance about once in 15 runs): only then are the failed
+# tests run once more, and any other failure stands.
 sanitized_tests() {
   cmake -S . -B "$SANITIZE_DIR" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGINE_CUDA=OFF \
     -DENGINE_WERROR=ON -DENGINE_SANITIZE=address,undefined >/dev/null
   cmake --build "$SANITIZE_DIR" -j "$(nproc)"
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$SANITIZE_DIR" --output-on-failure -j "$(nproc)" -LE gpu
+  local log="$SANITIZE_DIR/ctest.log"
+  local opts=(ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+  if env "${opts[@]}" ctest --test-dir "$SANITIZE_DIR" --output-on-failure -j "$(nproc)" -LE gpu 2>&1 | tee "$log"; then
+    return 0
+  fi
+  grep -q "LeakSanitizer has encountered a fatal error" "$log" || return 1
+  echo "build.sh: LeakSanitizer's tracer crashed (not a leak report); the failed tests once more" >&2
+  env "${opts[@]}" ctest --test-dir "$SANITIZE_DIR" --output-on-failure --rerun-failed
 }
 
 case "${1:-}" in
