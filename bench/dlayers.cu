@@ -161,40 +161,27 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    cudaEvent_t e0, e1;
-    BENCH_CK(cudaEventCreate(&e0));
-    BENCH_CK(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    for (int r = 0; r <= reps; r++) { /* the first is a warm-up */
-        BENCH_CK(cudaMemcpyAsync(a.x, x0.data(), s.dim * sizeof(float), cudaMemcpyHostToDevice, lc.stream));
-        BENCH_CK(cudaEventRecord(e0, lc.stream));
+    /* Each run from the same input (a device-to-device copy of 16 KB, timed with it). */
+    float *x0d = static_cast<float *>(dev(s.dim * sizeof(float)));
+    BENCH_CK(cudaMemcpy(x0d, x0.data(), s.dim * sizeof(float), cudaMemcpyHostToDevice));
+    auto step = [&] {
+        BENCH_CK(cudaMemcpyAsync(a.x, x0d, s.dim * sizeof(float), cudaMemcpyDeviceToDevice, lc.stream));
         if (launch_decode_layers(&lc, &a) != 0) {
             std::fprintf(stderr, "dlayers: %s\n", lc.err);
-            return 1;
+            std::exit(1);
         }
-        BENCH_CK(cudaEventRecord(e1, lc.stream));
-        BENCH_CK(cudaEventSynchronize(e1));
-        float t = 0;
-        BENCH_CK(cudaEventElapsedTime(&t, e0, e1));
-        if (r > 0)
-            ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2] * 1e-3, floor_s = bytes / (bw * 1e9);
-    std::printf("dlayers: %s, %d SMs; %s shape, %d layers, position %d: %.1f µs a token (median of %d; %.1f-%.1f), "
+    };
+    const double med = bench_ms(lc.stream, reps, step) * 1e-3, floor_s = bytes / (bw * 1e9);
+    std::printf("dlayers: %s, %d SMs; %s shape, %d layers, position %d: %.1f µs a token (median of %d), "
                 "%.0f MB of weights and absmax: %.0f GB/s, %.2f of the %.0f GB/s bound (%.1f µs)\n",
-                prop.name, lc.n_sms, s.name, L, pos, med * 1e6, reps, ms.front() * 1e3, ms.back() * 1e3, bytes / 1e6,
-                bytes / med / 1e9, floor_s / med, bw, floor_s * 1e6);
+                prop.name, lc.n_sms, s.name, L, pos, med * 1e6, reps, bytes / 1e6, bytes / med / 1e9, floor_s / med,
+                bw, floor_s * 1e6);
     if (trace) {
         const int G = lc.n_sms;
         const size_t n = (size_t)L * 5 * G * 4;
         std::vector<unsigned long long> h(n);
         a.trace = static_cast<unsigned long long *>(dev(n * sizeof(unsigned long long)));
-        BENCH_CK(cudaMemcpy(a.x, x0.data(), s.dim * sizeof(float), cudaMemcpyHostToDevice));
-        if (launch_decode_layers(&lc, &a) != 0) {
-            std::fprintf(stderr, "dlayers: %s\n", lc.err);
-            return 1;
-        }
+        step();
         BENCH_CK(cudaStreamSynchronize(lc.stream));
         BENCH_CK(cudaMemcpy(h.data(), a.trace, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         const char *names[5] = {"q/k/v", "attention", "o", "gate/up", "down"};

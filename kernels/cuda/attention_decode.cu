@@ -194,27 +194,8 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         __syncthreads();
 
         /* Online softmax: a warp per head turns scores into weights. */
-        for (int g = warp; g < G; g += warps) {
-            float *s = sc + g * chunk;
-            float mx = -INFINITY;
-            for (int k = lane; k < nk; k += 32)
-                mx = fmaxf(mx, s[k]);
-            mx = warp_max(mx);
-            const float m_new = fmaxf(ms[g], mx);
-            float sum = 0.0f;
-            for (int k = lane; k < nk; k += 32) {
-                const float p = expf(s[k] - m_new);
-                s[k] = p;
-                sum += p;
-            }
-            sum = warp_sum(sum);
-            if (lane == 0) {
-                const float corr = expf(ms[g] - m_new); /* 0 for the first chunk (-inf) */
-                cr[g] = corr;
-                ls[g] = ls[g] * corr + sum;
-                ms[g] = m_new;
-            }
-        }
+        for (int g = warp; g < G; g += warps)
+            warp_softmax_step(sc + g * chunk, nk, ms, ls, cr, g);
         __syncthreads();
 
         /* Weighted values by key slices, then the slices summed into os. */

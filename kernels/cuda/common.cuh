@@ -35,6 +35,36 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/*
+ * One step of decode attention's online softmax, by the warp of head g:
+ * the chunk's scores s[nk] become their weights exp(s - m) under the
+ * running max ms[g], which is updated; the running sum ls[g] is rescaled
+ * and grows by the chunk's sum, and cr[g] gets the factor that rescales
+ * what was summed before (0 for the first chunk, whose ms[g] is -inf).
+ */
+__device__ __forceinline__ void warp_softmax_step(float *s, int nk, float *ms, float *ls, float *cr, int g)
+{
+    const int lane = threadIdx.x & 31;
+    float mx = -INFINITY;
+    for (int k = lane; k < nk; k += 32)
+        mx = fmaxf(mx, s[k]);
+    mx = warp_max(mx);
+    const float m_new = fmaxf(ms[g], mx);
+    float sum = 0.0f;
+    for (int k = lane; k < nk; k += 32) {
+        const float p = expf(s[k] - m_new);
+        s[k] = p;
+        sum += p;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+        const float corr = expf(ms[g] - m_new);
+        cr[g] = corr;
+        ls[g] = ls[g] * corr + sum;
+        ms[g] = m_new;
+    }
+}
+
 /* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it. */
 __device__ __forceinline__ float block_sum(float v)
 {

@@ -640,27 +640,8 @@ __device__ __noinline__ void attention(const decode_layers_args &a, dl_shared &s
             }
             consumers_sync();
             /* online softmax: a warp a head */
-            for (int g = cw; g < Gq; g += DL_CW) {
-                float *sc = m.sc + g * ch;
-                float mx = -INFINITY;
-                for (int k = lane; k < nk; k += 32)
-                    mx = fmaxf(mx, sc[k]);
-                mx = warp_max(mx);
-                const float m_new = fmaxf(m.ms[g], mx);
-                float sum = 0.0f;
-                for (int k = lane; k < nk; k += 32) {
-                    const float p = expf(sc[k] - m_new);
-                    sc[k] = p;
-                    sum += p;
-                }
-                sum = warp_sum(sum);
-                if (lane == 0) {
-                    const float corr = expf(m.ms[g] - m_new);
-                    m.cr[g] = corr;
-                    m.ls[g] = m.ls[g] * corr + sum;
-                    m.ms[g] = m_new;
-                }
-            }
+            for (int g = cw; g < Gq; g += DL_CW)
+                warp_softmax_step(m.sc + g * ch, nk, m.ms, m.ls, m.cr, g);
             consumers_sync();
             /* values: a thread per (head, pair of dims) */
             for (int i = ct; i < Gq * hd / 2; i += DL_CT) {
