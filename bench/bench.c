@@ -45,7 +45,7 @@ static void log_cb(engine_log_level level, const char *msg, void *user)
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    int n_prompt = 512, n_gen = 128, reps = 3;
+    int n_prompt = 512, n_gen = 128, reps = 3, show_ids = 0;
     engine_model_params mp = engine_model_default_params();
     mp.log = log_cb;
     for (int i = 1; i < argc; i++) {
@@ -76,15 +76,17 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--host-layers") && v && !cli_parse_long(v, 0, 1 << 20, &l)) {
             mp.host_layers = (int)l;
             i++;
+        } else if (!strcmp(a, "--ids")) {
+            show_ids = 1;
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--ids]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--ids]\n");
         return 2;
     }
     char err[512] = "";
@@ -128,6 +130,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench: generation stopped after %zu tokens\n", st.n_generated);
             rc = 1;
             break;
+        }
+        if (show_ids && rep == reps - 1) { /* the greedy ids, to compare two builds or paths */
+            printf("ids:");
+            for (size_t k = 0; k < n; k++)
+                printf(" %d", (int)out[k]);
+            printf("\n");
         }
         if (rep < 0)
             continue; /* warm-up */
