@@ -128,6 +128,7 @@ typedef struct attn_o_args {
     unsigned *y_max;         /* max |x * y_max_norm| as float bits (zero before), or NULL */
     const float *y_max_norm; /* [dim] or NULL (times 1)                           */
     int dim;
+    unsigned long long *dbg;
 } attn_o_args;
 #define DEC_O_COUNTS 16
 bool attention_decode_o_fits(launch_ctx *c, const rope_qkv_args *r, const attn_o_args *o, int n_splits);

@@ -33,6 +33,7 @@ namespace cg = cooperative_groups;
 #define DEC_MAX_SPLITS 16 /* blocks in a cluster; above 8 needs non-portable cluster sizes */
 #define DEC_CHUNK_MAX 128 /* keys staged in shared memory at a time */
 #define DEC_SMEM_TARGET (96 * 1024)
+#define DEC_SMEM_TARGET_FO (48 * 1024) /* with the projection folded in: its weights need the room */
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
 {
@@ -122,7 +123,7 @@ __device__ __forceinline__ float block_max(float v)
  * which finished first, and posts the new x's maximum for the next product.
  */
 __device__ void project_out(const attn_o_args &o, const float *in, const uint4 *ow, const float *oam, float mx,
-                            int split, int kvh, int nkv, int C, int R, int apr)
+                            int split, int kvh, int nkv, int C, int R, int Rb, int apr)
 {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = DEC_THREADS / 32;
     const int CPR = C / 32, RPI = 32 / CPR, c = lane % CPR, ro = lane / CPR, ac = c * 32 / o.group;
@@ -140,17 +141,38 @@ __device__ void project_out(const attn_o_args &o, const float *in, const uint4 *
     }
     cp_async_wait<0>();
     __syncthreads(); /* every thread's weights, absmax and code pairs */
+    if (o.dbg && threadIdx.x == 0) {
+        unsigned long long t_;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));
+        o.dbg[(blockIdx.y * gridDim.x + blockIdx.x) * 8 + 5] = t_;
+    }
     float *part = o.part + (size_t)kvh * o.dim + (size_t)split * R;
-    for (int r0 = warp * RPI; r0 < R; r0 += warps * RPI) { /* warp-uniform: the shuffles see every lane */
-        const int r = r0 + ro;
-        float d = r < R ? q4_dot_regs(ow[(size_t)r * CPR + c], oam[(size_t)r * apr + ac], xin) : 0.0f;
+    constexpr int NB = 4; /* row groups a warp works on at once: their latencies overlap */
+    for (int r0 = warp * RPI * NB; r0 < Rb; r0 += warps * RPI * NB) { /* warp-uniform: shuffles see every lane */
+        float d[NB];
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            const int r = r0 + j * RPI + ro;
+            d[j] = r < Rb ? q4_dot_regs(ow[(size_t)r * CPR + c], oam[(size_t)r * apr + ac], xin) : 0.0f;
+        }
         for (int off = CPR / 2; off > 0; off >>= 1)
-            d += __shfl_xor_sync(0xffffffffu, d, off);
-        if (c == 0 && r < R)
-            part[r] = d * undo;
+#pragma unroll
+            for (int j = 0; j < NB; j++)
+                d[j] += __shfl_xor_sync(0xffffffffu, d[j], off);
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            const int r = r0 + j * RPI + ro;
+            if (c == 0 && r < Rb)
+                part[r] = d[j] * undo;
+        }
     }
     __threadfence();
     __syncthreads();
+    if (o.dbg && threadIdx.x == 0) {
+        unsigned long long t_;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));
+        o.dbg[(blockIdx.y * gridDim.x + blockIdx.x) * 8 + 6] = t_;
+    }
     __shared__ unsigned last;
     if (tid == 0)
         last = atomicAdd(o.count + split, 1u) == (unsigned)(nkv - 1);
@@ -159,7 +181,7 @@ __device__ void project_out(const attn_o_args &o, const float *in, const uint4 *
         return;
     __threadfence();
     float ymx = 0.0f;
-    for (int i = tid; i < R; i += DEC_THREADS) {
+    for (int i = tid; i < Rb; i += DEC_THREADS) {
         const size_t row = (size_t)split * R + i;
         const float xr = o.x[row], br = o.bias ? o.bias[row] : 0.0f;
         float s = 0.0f;
@@ -185,6 +207,12 @@ __device__ void project_out(const attn_o_args &o, const float *in, const uint4 *
     }
 }
 
+#define STAMP(i)                                                                                      \
+    if (FO && o.dbg && threadIdx.x == 0) {                                                            \
+        unsigned long long t_;                                                                        \
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                       \
+        o.dbg[(blockIdx.y * gridDim.x + blockIdx.x) * 8 + (i)] = t_;                                  \
+    }
 template <typename T, bool FO>
 __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, rope_qkv_args a, attn_o_args o,
                                                                    int window, int chunk)
@@ -197,13 +225,15 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim, G = nh / nkv, kvd = nkv * hd;
     const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
     /* FO: the projection's rows of this block, its columns of this kv head. */
-    const int C = G * hd, CPR = C / 32, R = FO ? o.dim / splits : 0, apr = FO ? C / o.group : 0;
+    const int C = G * hd, CPR = C / 32, apr = FO ? C / o.group : 0;
+    const int R = FO ? (o.dim + splits - 1) / splits : 0, Rb = FO ? max(0, min(R, o.dim - split * R)) : 0;
     uint4 *ow = sm, *kbuf = sm + (size_t)R * CPR, *vbuf = kbuf + (size_t)2 * chunk * hb, *nrow = vbuf + (size_t)2 * chunk * hb;
     float *qs = reinterpret_cast<float *>(nrow + 2 * hb), *os = qs + G * hd, *red = os + G * hd;
     float *sc = red + DEC_THREADS * EL, *ms = sc + G * chunk, *ls = ms + G, *cr = ls + G, *wt = cr + G;
     float *oam = wt + DEC_MAX_SPLITS * G, *mrg = red; /* FO: red is free once the keys are done */
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
 
+    STAMP(0);
     const int pos = *a.pos0; /* copied in before the graph's first kernel */
     const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
     const int share = (len + splits - 1) / splits;
@@ -232,12 +262,12 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     if constexpr (FO) { /* the projection's weights, after the first keys: they are needed later */
         const int qd = nh * hd;
         const uint8_t *w = static_cast<const uint8_t *>(o.w) + (size_t)split * R * (qd / 2) + (size_t)kvh * (C / 2);
-        for (int i = tid; i < R * CPR; i += DEC_THREADS) {
+        for (int i = tid; i < Rb * CPR; i += DEC_THREADS) {
             const int r = i / CPR;
             cp_async16(ow + i, w + (size_t)r * (qd / 2) + (i - r * CPR) * 16);
         }
         const float *am = o.absmax + ((size_t)split * R * qd + (size_t)kvh * C) / o.group;
-        for (int i = tid; i < R * apr; i += DEC_THREADS) {
+        for (int i = tid; i < Rb * apr; i += DEC_THREADS) {
             const int r = i / apr;
             cp_async4(oam + i, am + (size_t)r * (qd / o.group) + (i - r * apr));
         }
@@ -252,6 +282,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     }
     dependents_may_launch(); /* the output projection may start loading its weights */
     dependency_wait();       /* the q/k/v product is complete */
+    STAMP(1);
 
     /* The rope step, a warp per task, all at once: q of each head of the
      * group into qs; in the block whose share holds the new position, its k
@@ -281,6 +312,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         }
     }
     __syncthreads(); /* the new rows are in the cache before a later chunk reads them */
+    STAMP(2);
 
     const float scale = rsqrtf((float)hd);
     /* Value sums: thread (slice, head, granule); a slice takes every S-th key. */
@@ -367,6 +399,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
      * `split` finishes every splits-th output of this kv head (FO: every
      * output, the projection's input), its loads from the others'
      * accumulators all in flight. */
+    STAMP(3);
     cluster.sync();
     for (int g = warp; g < G; g += warps) {
         const float m_s = lane < splits ? cluster.map_shared_rank(ms, lane)[g] : -INFINITY;
@@ -404,15 +437,20 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         }
         cluster.sync(); /* the others may still be reading this block's shared memory */
     } else {
+        STAMP(4);
         cluster_arrive(); /* done with the others' shared memory */
-        project_out(o, mrg, ow, oam, block_max(omx), split, kvh, nkv, C, R, apr);
+        const float mx = block_max(omx);
+        if (Rb > 0)
+            project_out(o, mrg, ow, oam, mx, split, kvh, nkv, C, R, Rb, apr);
+        STAMP(7);
         cluster_wait(); /* before leaving: the others may still read this block's accumulators */
     }
 }
 /* Keys a chunk: as many as fit the target beside the fixed parts, at least 16 (then past it). */
-static long decode_chunk(int G, int hd, int es)
+static long decode_chunk(int G, int hd, int es, bool fo)
 {
-    long chunk = ((long)DEC_SMEM_TARGET - (long)dec_smem::fixed_bytes(G, hd, es)) / (long)dec_smem::key_bytes(G, hd, es);
+    const long target = fo ? DEC_SMEM_TARGET_FO : DEC_SMEM_TARGET;
+    long chunk = (target - (long)dec_smem::fixed_bytes(G, hd, es)) / (long)dec_smem::key_bytes(G, hd, es);
     return chunk < 16 ? 16 : chunk > DEC_CHUNK_MAX ? DEC_CHUNK_MAX : chunk;
 }
 
@@ -427,7 +465,7 @@ static int configure(launch_ctx *c, const rope_qkv_args *a, const attn_o_args *o
                      cudaLaunchAttribute *attr, long *chunk)
 {
     const int G = a->n_heads / a->n_kv_heads, hd = a->head_dim, es = (int)sizeof(T);
-    *chunk = decode_chunk(G, hd, es);
+    *chunk = decode_chunk(G, hd, es, FO);
     const size_t base = dec_smem::fixed_bytes(G, hd, es) + (size_t)*chunk * dec_smem::key_bytes(G, hd, es);
     auto kern = k_attention_decode<T, FO>;
     *cfg = cudaLaunchConfig_t{};
@@ -441,34 +479,30 @@ static int configure(launch_ctx *c, const rope_qkv_args *a, const attn_o_args *o
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg->attrs = attr;
     cfg->numAttrs = 2;
-    for (;;) {
-        const size_t smem = base + (FO ? dec_smem::o_bytes(o->dim / splits, G * hd, o->group) : 0);
+    /* FO: the most splits (up to n_splits) whose clusters all fit at once:
+     * a second wave of clusters doubles the kernel (measured 34 against
+     * 12 us, 1B shape, H100). R = ceil(dim / splits) rows a block. */
+    for (; splits >= 1; splits--) {
+        const size_t smem =
+            base + (FO ? dec_smem::o_bytes((o->dim + splits - 1) / splits, G * hd, o->group) : 0);
         cfg->gridDim = dim3((unsigned)splits, (unsigned)a->n_kv_heads);
         cfg->dynamicSmemBytes = smem;
         attr[0].val.clusterDim.x = (unsigned)splits;
-        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
-            (void)cudaGetLastError();
-            if (splits > 8 && !(FO && o->dim % 8)) {
-                splits = 8;
-                continue;
-            }
-            launch_fail(c, "attention_decode: %zu bytes of shared memory (group %d, head_dim %d, %d splits)", smem, G,
-                        hd, splits);
-            return 0;
-        }
-        if (splits <= 8)
-            return splits;
         int clusters = 0;
-        if (cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-            cudaOccupancyMaxActiveClusters(&clusters, kern, cfg) == cudaSuccess && clusters >= 1)
+        const bool ok = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+                        (splits <= 8 || cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+                                            cudaSuccess) &&
+                        (!FO && splits <= 8 ||
+                         (cudaOccupancyMaxActiveClusters(&clusters, kern, cfg) == cudaSuccess &&
+                          clusters >= (FO ? a->n_kv_heads : 1)));
+        if (ok)
             return splits;
         (void)cudaGetLastError();
-        if (FO && o->dim % 8) {
-            launch_fail(c, "attention_decode: no room for a cluster of %d", splits);
-            return 0;
-        }
-        splits = 8;
+        if (!FO) /* a non-portable cluster size the device cannot hold: 8 */
+            splits = splits > 8 ? 9 : 1;
     }
+    launch_fail(c, "attention_decode: no cluster fits (group %d, head_dim %d)", G, hd);
+    return 0;
 }
 
 template <typename T, bool FO>
@@ -512,7 +546,7 @@ extern "C" bool attention_decode_o_fits(launch_ctx *c, const rope_qkv_args *a, c
         o->dim <= 0 || o->group < 32 || (o->group & (o->group - 1)))
         return false;
     const int G = a->n_heads / a->n_kv_heads, C = G * a->head_dim, qd = a->n_heads * a->head_dim;
-    if (C % 32 || 32 % (C / 32) || C % o->group || qd % o->group || o->dim % n_splits || n_splits > DEC_O_COUNTS)
+    if (C % 32 || 32 % (C / 32) || C % o->group || qd % o->group || n_splits > DEC_O_COUNTS)
         return false;
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[2];
