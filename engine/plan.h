@@ -20,7 +20,6 @@
 #define PLAN_CAND_MAX 4096                    /* sampling candidates copied to the host at most */
 #define PLAN_STEP_INTS 8                      /* the decode step's device ints (cuda/state.h)   */
 #define PLAN_Q4_COUNTS 256                    /* gemm_q4_work.count: a CTA each, 132 on an H100 */
-#define PLAN_O_COUNTS 16                      /* attn_o_args.count: a row slice each (DEC_O_COUNTS) */
 #define PLAN_GRANULARITY ((uint64_t)2 << 20)  /* arena regions map in 2 MiB units (HARDWARE.md) */
 
 /* Device bytes of a model's weights as the CUDA backend lays them out. */
@@ -82,7 +81,6 @@ typedef struct plan_session_bufs {
     void *step;      /* [PLAN_STEP_INTS] int32                  */
     void *in_max;    /* [PLAN_IN_MAX_SLOTS] u32: decode products' input maxima */
     void *q4_count;  /* [PLAN_Q4_COUNTS] u32: the fused 4-bit product's counters */
-    void *o_count;   /* [PLAN_O_COUNTS] u32: decode attention's folded output projection's counters */
     void *dl;        /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table, then its sync words */
 } plan_session_bufs;
 uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_ctx, uint64_t deq_elems,

@@ -102,39 +102,6 @@ int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
 int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, float *out, int window, int n_splits);
 
 /*
- * The same with the output projection folded in: x[dim] += W_o . out (+
- * bias), W_o 4-bit (NF4/FP4) [dim, nh*hd], so no output vector and no
- * second kernel. Each kv head's cluster multiplies its own G*hd columns of
- * W_o (block r of the cluster: rows r*dim/splits onward), loaded into
- * shared memory before the dependency wait; the kv heads' sums meet in
- * part, and the last cluster to finish a slice of rows adds them to x in
- * kv-head order (the same bits whatever the timing) and posts
- * max |x * y_max_norm| for the next product. An fp16 or bf16 cache only;
- * attention_decode_o_fits says whether the shapes and the device's shared
- * memory allow it (G*hd a multiple of 32 dividing 1024, dim a multiple of
- * n_splits (and of 8 where a cluster of more than 8 may not fit), group
- * a power of two from 32 dividing G*hd); where not, it leaves a message in
- * c->err.
- */
-typedef struct attn_o_args {
-    const void *w;           /* [dim, nh*hd] packed 4-bit, as gemv_args.w        */
-    const float *absmax;     /* [dim * nh*hd / group]                             */
-    const float *code;       /* [16]                                              */
-    int group;
-    const float *bias;       /* [dim] or NULL                                     */
-    float *x;                /* [dim] the residual, in and out                    */
-    float *part;             /* [n_kv_heads * dim] scratch                        */
-    unsigned *count;         /* [DEC_O_COUNTS] zero, and left zero                */
-    unsigned *y_max;         /* max |x * y_max_norm| as float bits (zero before), or NULL */
-    const float *y_max_norm; /* [dim] or NULL (times 1)                           */
-    int dim;
-    unsigned long long *dbg;
-} attn_o_args;
-#define DEC_O_COUNTS 16
-bool attention_decode_o_fits(launch_ctx *c, const rope_qkv_args *r, const attn_o_args *o, int n_splits);
-int launch_attention_decode_o(launch_ctx *c, const rope_qkv_args *r, const attn_o_args *o, int window, int n_splits);
-
-/*
  * Causal attention of n new tokens at positions pos0 .. pos0+n-1 (host value)
  * against the cache, which already holds positions 0 .. pos0+n-1. Tiled over
  * keys with an online softmax: the n x (pos0+n) score matrix never exists in

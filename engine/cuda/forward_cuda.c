@@ -159,7 +159,6 @@ engine_status cuda_decode_prepare(cuda_session *cs, const engine_session *s, err
     const cfg_model *c = &m->cfg;
     const char *env = getenv("ENGINE_DECODE");
     cs->fused_decode = false;
-    cs->fold_o = !env || strcmp(env, "ops") != 0;
     if (!env || strcmp(env, "fused") != 0 || cs->ss || cs->host || cs->kvt != K_F16 || c->n_layers < 1)
         return ENGINE_OK;
     const cuda_mat *first = &cs->layers[0].wqkv;
@@ -201,22 +200,6 @@ engine_status cuda_decode_prepare(cuda_session *cs, const engine_session *s, err
         return err_set(e, ENGINE_ERR_CUDA, "CUDA session: %s", cudaGetErrorString(ce));
     cs->fused_decode = ok;
     return ENGINE_OK;
-}
-
-/*
- * Whether this layer's output projection runs inside decode attention
- * (launch_attention_decode_o): a 4-bit W_o, shapes the kernel takes, and
- * room in the prefill scratch (deq, free during decode) for the kv heads'
- * partial sums. Measured faster than the separate product
- * (bench/RESULTS.md, 2026-11-26, twelfth session); ENGINE_DECODE=ops keeps
- * one kernel an op.
- */
-static bool fold_o(cuda_session *cs, const cuda_mat *wo, const rope_qkv_args *ra, const attn_o_args *fo)
-{
-    _Static_assert(PLAN_O_COUNTS == DEC_O_COUNTS, "the planner sizes the counters");
-    return cs->fold_o && (wo->t == K_NF4 || wo->t == K_FP4) &&
-           (uint64_t)ra->n_kv_heads * fo->dim * sizeof(float) <= cs->cm->deq_elems * k_dtype_size(cs->cm->wt) &&
-           attention_decode_o_fits(&cs->lc, ra, fo, cs->n_splits);
 }
 
 /* One token: every launch here is captured into the decode graph. */
@@ -261,22 +244,14 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
         ra.out_max = max_slot(cs, l, 1, &D->wo);
-        uint32_t *gu_max = max_slot(cs, l, 2, &D->w_gu);
-        const attn_o_args fo = {.w = D->wo.w, .absmax = D->wo.scales, .code = D->wo.code, .group = D->wo.group,
-                                .bias = D->b_o, .x = cs->x, .part = cs->deq, .count = cs->o_count, .y_max = gu_max,
-                                .y_max_norm = D->ffn_norm, .dim = dim};
-        if (fold_o(cs, &D->wo, &ra, &fo)) {
-            TRY(launch_attention_decode_o(lc, &ra, &fo, window_of(m, l), cs->n_splits));
-        } else {
-            TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
-            gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o,
-                           .in = GEMV_IN_F32, .x = cs->att, .x_max = ra.out_max, .y_max = gu_max,
-                           .y_max_norm = D->ffn_norm};
-            set_mat(&o, &D->wo);
-            TRY(launch_gemv(lc, &o));
-        }
+        TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
+        gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
+                       .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),
+                       .y_max_norm = D->ffn_norm};
+        set_mat(&o, &D->wo);
+        TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
-                        .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = gu_max,
+                        .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,
                         .y_max = max_slot(cs, l, 3, &D->w_down)};
         set_mat(&gu, &D->w_gu);
         TRY(launch_gemv(lc, &gu));

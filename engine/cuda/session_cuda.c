@@ -43,7 +43,6 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->q4_work.part = b.deq;
     cs->q4_work.part_bytes = cs->cm->deq_elems * k_dtype_size(cs->cm->wt);
     cs->q4_work.count = b.q4_count;
-    cs->o_count = b.o_count;
     cs->q4_work.n_count = PLAN_Q4_COUNTS;
     cs->dl = b.dl;
     return bytes;
@@ -108,8 +107,6 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cudaError_t ce = cudaStreamCreateWithFlags(&cs->lc.stream, cudaStreamNonBlocking);
     if (ce == cudaSuccess) /* on the session's stream: it does not wait for the legacy stream */
         ce = cudaMemsetAsync(cs->q4_work.count, 0, PLAN_Q4_COUNTS * sizeof(uint32_t), cs->lc.stream);
-    if (ce == cudaSuccess)
-        ce = cudaMemsetAsync(cs->o_count, 0, PLAN_O_COUNTS * sizeof(uint32_t), cs->lc.stream);
     /* With hosted layers the CPU is busy during a step: the thread waiting for it sleeps rather than spins. */
     const unsigned done_flags = cudaEventDisableTiming | (cs->host ? cudaEventBlockingSync : 0);
     for (int i = 0; i < 2 && ce == cudaSuccess; i++)

@@ -106,8 +106,6 @@ struct cuda_session {
     int32_t *step;        /* [STEP_INTS]                                 */
     uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zeroed at each decode step */
     gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
-    uint32_t *o_count;    /* [PLAN_O_COUNTS]: the folded output projection's counters (zero between kernels) */
-    bool fold_o;          /* decode folds 4-bit output projections into attention (ENGINE_DECODE unset) */
     void *dl;             /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table and sync words */
     bool fused_decode;    /* decode runs every layer in that kernel (cuda_decode_prepare) */
     decode_layers_args dl_args;

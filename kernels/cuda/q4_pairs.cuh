@@ -52,15 +52,6 @@ struct alignas(16) half2x4 {
  * arithmetic hides it, x is read as 4-byte words, which conflict across
  * lanes 80 bytes apart (measured: 2x the shared-memory wavefronts).
  */
-/* A word's four bytes (8 weights) times their inputs x, added to s. */
-__device__ __forceinline__ __half2 q4_word(uint32_t w, const half2x4 &x, __half2 s, uint32_t lane4)
-{
-    s = __hfma2(pair_at(w << 7, lane4), x.p[0], s);
-    s = __hfma2(pair_at(w >> 1, lane4), x.p[1], s);
-    s = __hfma2(pair_at(w >> 9, lane4), x.p[2], s);
-    return __hfma2(pair_at(w >> 17, lane4), x.p[3], s);
-}
-
 __device__ __forceinline__ float q4_dot(const uint4 &v, float am, const __half *xs)
 {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -71,25 +62,13 @@ __device__ __forceinline__ float q4_dot(const uint4 &v, float am, const __half *
     for (int h = 0; h < 2; h++) {
         __half2 s = __float2half2_rn(0.0f);
 #pragma unroll
-        for (int k = 2 * h; k < 2 * h + 2; k++) /* byte j of word k: elements 8k + 2j, 8k + 2j + 1 */
-            s = q4_word(w[k], x8[k], s, lane4);
-        f[h] = __half22float2(s);
-    }
-    return ((f[0].x + f[0].y) + (f[1].x + f[1].y)) * am;
-}
-
-/* The same with the 32 inputs in registers (a lane that keeps its columns). */
-__device__ __forceinline__ float q4_dot_regs(const uint4 &v, float am, const half2x4 (&x8)[4])
-{
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    const uint32_t lane4 = (threadIdx.x & 31) * 4;
-    float2 f[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        __half2 s = __float2half2_rn(0.0f);
-#pragma unroll
-        for (int k = 2 * h; k < 2 * h + 2; k++)
-            s = q4_word(w[k], x8[k], s, lane4);
+        for (int k = 2 * h; k < 2 * h + 2; k++) { /* byte j of word k: elements 8k + 2j, 8k + 2j + 1 */
+            const half2x4 x = x8[k];
+            s = __hfma2(pair_at(w[k] << 7, lane4), x.p[0], s);
+            s = __hfma2(pair_at(w[k] >> 1, lane4), x.p[1], s);
+            s = __hfma2(pair_at(w[k] >> 9, lane4), x.p[2], s);
+            s = __hfma2(pair_at(w[k] >> 17, lane4), x.p[3], s);
+        }
         f[h] = __half22float2(s);
     }
     return ((f[0].x + f[0].y) + (f[1].x + f[1].y)) * am;
