@@ -271,7 +271,10 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         if (lane == 0 && omx > 0.0f)
             atomicMax(a.out_max, __float_as_uint(omx));
     }
-    cluster.sync(); /* the others may still be reading this block's shared memory */
+    /* The others may still be reading this block's shared memory: wait for
+     * them before exiting. Only a guard, nothing to publish, so the arrive
+     * is relaxed (cluster.sync()'s release put a GPU-wide fence here). */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
 template <typename T>
