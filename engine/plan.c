@@ -85,9 +85,31 @@ static mat_fmt fmt_of(const k_weight *w, engine_quant q)
 }
 
 /*
+ * Whether the device keeps the parts' nested absmax 8-bit (put_nested of
+ * cuda/model_cuda.c): q_nested_stackable, for parts quantized in the file
+ * or as quantize_on_load will make them (Q_NESTED_BLOCK, one code table).
+ */
+static bool mat_nested(const k_weight *const *parts, int np, engine_quant q)
+{
+    if (k_dtype_is_quant(parts[0]->dtype))
+        return q_nested_stackable(parts, np);
+    q_spec spec;
+    if (!quant_spec_of(q, &spec) || spec.type == K_I8 || !spec.double_quant)
+        return false;
+    for (int i = 0; i + 1 < np; i++) {
+        const uint64_t n = (uint64_t)parts[i]->rows * parts[i]->cols;
+        if (n % Q_NF4_BLOCK || (n / Q_NF4_BLOCK) % Q_NESTED_BLOCK)
+            return false;
+    }
+    return true;
+}
+
+/*
  * put_mat() of cuda/model_cuda.c: parts stacked by rows; dense in wt, or
- * quantized as data, fp32 scales (a nested absmax is decoded to fp32 on
- * upload, so nf4-dq takes nf4's device bytes) and a 16-entry code table.
+ * quantized as data, fp32 scales and a 16-entry code table; a nested
+ * absmax that lines up across the parts (mat_nested) stays 8-bit: codes,
+ * a scale and offset a nested block, the 16- and 256-entry tables. (Other
+ * nested parts are decoded to fp32 on upload.)
  */
 static void mat_bytes(uint64_t *off, const k_weight *const *parts, int np, k_dtype wt, engine_quant q,
                       uint64_t *deq_elems)
@@ -111,9 +133,17 @@ static void mat_bytes(uint64_t *off, const k_weight *const *parts, int np, k_dty
         return;
     }
     carve(NULL, off, data, PLAN_ALIGN);
-    carve(NULL, off, scales * sizeof(float), PLAN_ALIGN);
-    if (f.t != K_I8)
+    if (f.t != K_I8 && mat_nested(parts, np, q)) {
+        const uint64_t nb = k_dtype_is_quant(parts[0]->dtype) ? (uint64_t)parts[0]->absmax_block : Q_NESTED_BLOCK;
+        carve(NULL, off, scales, PLAN_ALIGN);
+        carve(NULL, off, (scales + nb - 1) / nb * 2 * sizeof(float), PLAN_ALIGN);
         carve(NULL, off, 16 * sizeof(float), PLAN_ALIGN);
+        carve(NULL, off, 256 * sizeof(float), PLAN_ALIGN);
+    } else {
+        carve(NULL, off, scales * sizeof(float), PLAN_ALIGN);
+        if (f.t != K_I8)
+            carve(NULL, off, 16 * sizeof(float), PLAN_ALIGN);
+    }
     if (deq_elems && elems > *deq_elems)
         *deq_elems = elems;
 }

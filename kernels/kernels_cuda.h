@@ -158,6 +158,15 @@ typedef struct gemv_args {
     const float *scales;
     const float *code;
     int group;
+    /* A nested (double-quantized) 4-bit absmax, kept 8-bit on the device
+     * (scales NULL): absmax(b) = am_code[am_q[b]] * am_s2[2 * (b >> am_shift)]
+     * + am_s2[2 * (b >> am_shift) + 1], the product rounded, then the sum
+     * (kernels.h's nested absmax, with each 2^am_shift blocks' scale and
+     * offset side by side). NULL am_q: not nested. */
+    const uint8_t *am_q;  /* [rows * cols / group]                        */
+    const float *am_s2;   /* [ceil(blocks >> am_shift)][2]: scale, offset */
+    const float *am_code; /* [256]                                        */
+    int am_shift;
     int rows, cols;
     const float *bias;   /* [rows] or NULL                          */
     gemv_input in;
@@ -226,6 +235,14 @@ int launch_decode_layers(launch_ctx *c, const decode_layers_args *a);
  * the prefill products, which then run through cuBLASLt.
  */
 int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a);
+
+/*
+ * out[rows * cols / group] = the nested absmax of the 4-bit matrix of `a`
+ * (am_q, am_s2, am_code, am_shift) decoded to fp32, exactly as the CPU
+ * does: what the fused prefill product (launch_gemm_q4, which reads fp32
+ * absmax from `scales`) takes for a matrix kept with its absmax 8-bit.
+ */
+int launch_absmax_decode(launch_ctx *c, float *out, const gemv_args *a);
 
 /*
  * The prefill product of a 4-bit matrix without decoding it into memory:

@@ -209,6 +209,23 @@ void q_8bit_dequantize(const float code[256], const uint8_t *q, const float *abs
     }
 }
 
+bool q_nested_stackable(const k_weight *const *parts, int np)
+{
+    const k_weight *p0 = parts[0];
+    const int nb = p0->absmax_block;
+    if (np < 1 || (p0->dtype != K_NF4 && p0->dtype != K_FP4) || !p0->absmax_q || nb <= 0 || (nb & (nb - 1)))
+        return false;
+    for (int i = 0; i < np; i++) {
+        const k_weight *p = parts[i];
+        const uint64_t n = (uint64_t)p->rows * p->cols, blocks = (n + p->block - 1) / p->block;
+        if (!p->absmax_q || p->absmax_block != nb || memcmp(p->absmax_code, p0->absmax_code, 256 * sizeof(float)))
+            return false;
+        if (i + 1 < np && (n % p->block || blocks % nb))
+            return false;
+    }
+    return true;
+}
+
 void q_nested_quantize(const float code[256], const float *absmax, size_t nb, uint8_t *aq, float *scale,
                        float *offset)
 {

@@ -30,6 +30,16 @@ extern const float q_fp4_code[16];
 /* bitsandbytes' signed 8-bit dynamic map (create_dynamic_map()), ascending. */
 void q_dynamic_map(float code[256]);
 
+/*
+ * Whether 4-bit matrices stacked by rows (q/k/v, gate/up) can keep their
+ * nested absmax as it is, 8-bit, in one array: every part nested with the
+ * same code table and the same power-of-two nested block, and every part
+ * but the last made of whole nested blocks, so that the parts' scales line
+ * up when concatenated. (The CUDA backend decodes other nested parts to
+ * fp32 on upload.)
+ */
+bool q_nested_stackable(const k_weight *const *parts, int np);
+
 /* Nibble for a value already scaled into [-1, 1], exactly as bitsandbytes decides it. */
 uint8_t q_nf4_encode(float x);
 uint8_t q_fp4_encode(float x);

@@ -611,14 +611,6 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
     float *dx = dev_copy(x, (size_t)cols), *dn = dev_copy(norm, (size_t)cols);
     const bool glu = mode == 3, acc = mode == 2, rms = mode >= 1;
     const int outs = glu ? rows / 2 : rows;
-    float *dy = dev_copy(y0, (size_t)rows);
-    if (!acc)
-        cudaMemset(dy, 0xff, (size_t)rows * sizeof(float));
-    gemv_args a = {.y = dy, .accumulate = acc, .w = dw, .wt = type, .rows = rows, .cols = cols,
-                   .scales = dsc, .code = dcode, .group = type == K_I8 ? w->group : w->block,
-                   .in = rms ? GEMV_IN_RMSNORM : GEMV_IN_F32, .x = dx, .norm = dn, .eps = 1e-5f, .glu_out = glu};
-    CHECK_MSG(launch_gemv(lc, &a) == 0, "gemv: %s", lc->err);
-    float *got = host_f32(dy, K_F32, (size_t)outs);
     /* CPU */
     k_ctx kc = cpu_ctx(cols);
     memcpy(xin, x, (size_t)cols * sizeof *x);
@@ -631,35 +623,75 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
         k_swiglu(&kc, ref, ref + outs, (size_t)outs);
     for (int i = 0; i < outs && acc; i++)
         ref[i] += y0[i];
-    /* The 4-bit chunks (cols a multiple of 32) multiply in fp16: the input
-     * and the codes rounded to fp16 (unit roundoff u = 2^-11 = 4.9e-4 each)
-     * and up to 8 products summed in fp16 (a rounding each), then fp32.
-     * The roundings have random signs, so a row's error grows like its sum
-     * does: a model of this arithmetic on these shapes and inputs gives
-     * 1-2u of max |y| (at most 9e-4), hence 3e-3. A swapped nibble or a
-     * wrong absmax is off by O(0.1-1) and still fails. */
-    const double tol = type != K_I8 && cols % 32 == 0 ? 3e-3 : 2e-5;
-    double err = rel_err_f(got, ref, (size_t)outs);
-    CHECK_MSG(err < tol, "gemv %s group %d dq %d %dx%d mode %d: error %.2e", q_spec_name(&spec), group, dq, rows, cols,
-              mode, err);
-    /* Again as a link of decode's chain: the input's maximum given (the
-     * 4-bit types then stage it in one pass), the output's left behind. */
-    check_gemv_chain(lc, &a, x, norm, y0, ref, outs, tol);
-    /* Prefill decoding: exactly the CPU's weights (rounded to bf16 here). */
-    void *dd = dev_alloc(nw * sizeof(uint16_t));
-    CHECK_MSG(launch_dequant(lc, dd, K_BF16, &a) == 0, "dequant: %s", lc->err);
-    float *gd = host_f32(dd, K_BF16, nw), *row = malloc((size_t)cols * sizeof *row);
-    size_t bad = 0;
-    for (int r = 0; r < rows; r++) {
-        k_dequant_row(w, r, 0, cols, row);
-        for (int c = 0; c < cols; c++)
-            bad += gd[(size_t)r * cols + c] != bf16_to_f32(f32_to_bf16(row[c]));
+    /* A nested absmax also as the engine keeps it when it can: 8-bit, with
+     * each nested block's scale and offset side by side. */
+    uint8_t *dq8 = NULL;
+    float *ds2 = NULL, *damc = NULL;
+    if (w->absmax_q) {
+        const size_t ng = (ns + w->absmax_block - 1) / w->absmax_block;
+        float *s2 = malloc(ng * 2 * sizeof *s2);
+        for (size_t j = 0; j < ng; j++)
+            s2[2 * j] = w->absmax_scale[j], s2[2 * j + 1] = w->absmax_offset;
+        dq8 = dev_from(w->absmax_q, ns);
+        ds2 = dev_copy(s2, ng * 2);
+        damc = dev_copy(w->absmax_code, 256);
+        free(s2);
     }
-    CHECK_MSG(bad == 0, "dequant %s %dx%d: %zu elements differ", q_spec_name(&spec), rows, cols, bad);
-    free(gd), free(row), free(got), free(ref), free(kc.scratch), free(scales);
+    float *dy = dev_copy(y0, (size_t)rows);
+    void *dd = dev_alloc(nw * sizeof(uint16_t));
+    for (int nested = 0; nested < (w->absmax_q ? 2 : 1); nested++) {
+        cudaMemcpy(dy, y0, (size_t)rows * sizeof(float), cudaMemcpyHostToDevice);
+        if (!acc)
+            cudaMemset(dy, 0xff, (size_t)rows * sizeof(float));
+        gemv_args a = {.y = dy, .accumulate = acc, .w = dw, .wt = type, .rows = rows, .cols = cols,
+                       .scales = nested ? NULL : dsc, .code = dcode, .group = type == K_I8 ? w->group : w->block,
+                       .in = rms ? GEMV_IN_RMSNORM : GEMV_IN_F32, .x = dx, .norm = dn, .eps = 1e-5f, .glu_out = glu};
+        if (nested) {
+            a.am_q = dq8, a.am_s2 = ds2, a.am_code = damc;
+            a.am_shift = __builtin_ctz((unsigned)w->absmax_block);
+            /* Decoded to fp32 for the fused prefill product: exactly the CPU's absmax. */
+            float *dam = dev_alloc(ns * sizeof(float));
+            CHECK_MSG(launch_absmax_decode(lc, dam, &a) == 0, "absmax_decode: %s", lc->err);
+            float *gam = host_f32(dam, K_F32, ns);
+            CHECK_MSG(memcmp(gam, scales, ns * sizeof *gam) == 0, "absmax_decode %dx%d: differs from the CPU's", rows,
+                      cols);
+            free(gam);
+            cudaFree(dam);
+        }
+        CHECK_MSG(launch_gemv(lc, &a) == 0, "gemv: %s", lc->err);
+        float *got = host_f32(dy, K_F32, (size_t)outs);
+        /* The 4-bit chunks (cols a multiple of 32) multiply in fp16: the input
+         * and the codes rounded to fp16 (unit roundoff u = 2^-11 = 4.9e-4 each)
+         * and up to 8 products summed in fp16 (a rounding each), then fp32.
+         * The roundings have random signs, so a row's error grows like its sum
+         * does: a model of this arithmetic on these shapes and inputs gives
+         * 1-2u of max |y| (at most 9e-4), hence 3e-3. A swapped nibble or a
+         * wrong absmax is off by O(0.1-1) and still fails. */
+        const double tol = type != K_I8 && cols % 32 == 0 ? 3e-3 : 2e-5;
+        double err = rel_err_f(got, ref, (size_t)outs);
+        CHECK_MSG(err < tol, "gemv %s group %d dq %d (8-bit on the device %d) %dx%d mode %d: error %.2e",
+                  q_spec_name(&spec), group, dq, nested, rows, cols, mode, err);
+        /* Again as a link of decode's chain: the input's maximum given (the
+         * 4-bit types then stage it in one pass), the output's left behind. */
+        check_gemv_chain(lc, &a, x, norm, y0, ref, outs, tol);
+        /* Prefill decoding: exactly the CPU's weights (rounded to bf16 here). */
+        CHECK_MSG(launch_dequant(lc, dd, K_BF16, &a) == 0, "dequant: %s", lc->err);
+        float *gd = host_f32(dd, K_BF16, nw), *row = malloc((size_t)cols * sizeof *row);
+        size_t bad = 0;
+        for (int r = 0; r < rows; r++) {
+            k_dequant_row(w, r, 0, cols, row);
+            for (int c = 0; c < cols; c++)
+                bad += gd[(size_t)r * cols + c] != bf16_to_f32(f32_to_bf16(row[c]));
+        }
+        CHECK_MSG(bad == 0, "dequant %s (8-bit absmax on the device %d) %dx%d: %zu elements differ",
+                  q_spec_name(&spec), nested, rows, cols, bad);
+        free(gd), free(row), free(got);
+    }
+    free(ref), free(kc.scratch), free(scales);
     free(wv), free(x), free(norm), free(xin), free(y0);
     q_weight_free(&qw);
     cudaFree(dw), cudaFree(dsc), cudaFree(dcode), cudaFree(dx), cudaFree(dn), cudaFree(dy), cudaFree(dd);
+    cudaFree(dq8), cudaFree(ds2), cudaFree(damc);
 }
 
 static void test_quant_products(launch_ctx *lc)

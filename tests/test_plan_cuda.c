@@ -3,7 +3,8 @@
  * backend really allocates, so that a change to the weight layout
  * (model_cuda.c) or to a session's buffers (session_cuda.c) that the
  * planner does not follow fails here. For every committed checkpoint, as
- * stored and quantized while loading (int8, int8-g128, nf4): the weights
+ * stored and quantized while loading (int8, int8-g128, nf4, nf4-dq), and
+ * the bitsandbytes 4-bit checkpoints as stored: the weights
  * region, the KV cache and the activation region equal the plan's bytes
  * exactly, and the arena maps what the plan counts. The plan of the
  * quantized formats is made from the dense model loaded on the CPU (as
@@ -119,11 +120,14 @@ int main(void)
         "models/mistral_sharded",
     };
     static const engine_quant QUANTS[] = {ENGINE_QUANT_NONE, ENGINE_QUANT_INT8, ENGINE_QUANT_INT8_G128,
-                                          ENGINE_QUANT_NF4};
+                                          ENGINE_QUANT_NF4, ENGINE_QUANT_NF4_DQ};
     char path[512];
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++)
         for (size_t k = 0; k < sizeof QUANTS / sizeof QUANTS[0]; k++)
             check_model(i == 0 ? test_src_path(path, sizeof path, MODELS[i]) : test_data_path(path, sizeof path, MODELS[i]),
                         QUANTS[k]);
+    /* bitsandbytes checkpoints as stored: a nested absmax (kept 8-bit where the parts line up) and fp4 */
+    check_model(test_data_path(path, sizeof path, "quant/llama_bnb_nf4_dq"), ENGINE_QUANT_NONE);
+    check_model(test_data_path(path, sizeof path, "quant/llama_bnb_fp4"), ENGINE_QUANT_NONE);
     return test_finish("test_plan_cuda");
 }

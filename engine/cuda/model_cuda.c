@@ -249,6 +249,55 @@ static engine_status sink_absmax(sink *k, char *base, uint64_t at, const k_weigh
 }
 
 /*
+ * The rest of put_mat for 4-bit parts whose nested absmax stays 8-bit
+ * (q_nested_stackable), after the data at w_at: the codes [blocks], each
+ * nested block's scale and offset side by side [groups][2] (the offset is
+ * a part's, repeated), the 16-entry and the 256-entry code tables.
+ */
+static engine_status put_nested(cuda_mat *dst, const k_weight *const *parts, int np, char *base, uint64_t *off,
+                                uint64_t w_at, uint64_t blocks, uint64_t elems, sink *k, uint64_t *deq_elems,
+                                err_buf *e)
+{
+    const k_weight *p0 = parts[0];
+    const uint64_t nb = (uint64_t)p0->absmax_block, groups = (blocks + nb - 1) / nb;
+    uint64_t q_at, s2_at, code_at, amc_at;
+    dst->am_q = (uint8_t *)carve_at(base, off, blocks, &q_at);
+    dst->am_s2 = (float *)carve_at(base, off, groups * 2 * sizeof(float), &s2_at);
+    dst->code = (float *)carve_at(base, off, 16 * sizeof(float), &code_at);
+    dst->am_code = (float *)carve_at(base, off, 256 * sizeof(float), &amc_at);
+    dst->am_shift = __builtin_ctz((unsigned)nb);
+    if (deq_elems && elems > *deq_elems)
+        *deq_elems = elems;
+    const bool sizing = !k->up && (!k->rec || !k->rec->fill); /* sized like any unpinned source */
+    engine_status st = ENGINE_OK;
+    for (int i = 0; !st && i < np; i++) {
+        const k_weight *p = parts[i];
+        const uint64_t pb = q_scale_count(p), pg = (pb + nb - 1) / nb;
+        float *s2 = sizing ? NULL : malloc(pg * 2 * sizeof *s2);
+        if (!sizing && !s2)
+            return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+        for (uint64_t j = 0; s2 && j < pg; j++) {
+            s2[2 * j] = p->absmax_scale[j];
+            s2[2 * j + 1] = p->absmax_offset;
+        }
+        st = sink_bytes(k, base, w_at, p->data, q_data_bytes(p), e);
+        if (!st)
+            st = sink_bytes(k, base, q_at, p->absmax_q, pb, e);
+        if (!st)
+            st = sink_bytes(k, base, s2_at, s2, pg * 2 * sizeof *s2, e); /* copied before it returns */
+        free(s2);
+        w_at += q_data_bytes(p);
+        q_at += pb;
+        s2_at += pg * 2 * sizeof(float);
+    }
+    if (!st)
+        st = sink_bytes(k, base, code_at, p0->code, 16 * sizeof(float), e);
+    if (!st)
+        st = sink_bytes(k, base, amc_at, p0->absmax_code, 256 * sizeof(float), e);
+    return st;
+}
+
+/*
  * Place (and through the sink, upload or record) the parts stacked by rows
  * into one matrix: dense in wt, or quantized as they are. Quantized parts
  * must share a type, a group and a code table, and 4-bit parts must each
@@ -291,6 +340,8 @@ static engine_status put_mat(cuda_mat *dst, const k_weight *const *parts, int np
     dst->group = p0->dtype == K_I8 ? p0->group : p0->block;
     uint64_t w_at, sc_at, code_at = 0;
     dst->w = carve_at(base, off, data, &w_at);
+    if (p0->dtype != K_I8 && q_nested_stackable(parts, np))
+        return put_nested(dst, parts, np, base, off, w_at, scales, elems, k, deq_elems, e);
     dst->scales = (float *)carve_at(base, off, scales * sizeof(float), &sc_at);
     if (p0->dtype != K_I8)
         dst->code = (float *)carve_at(base, off, 16 * sizeof(float), &code_at);

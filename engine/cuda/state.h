@@ -23,6 +23,11 @@ typedef struct cuda_mat {
     float *scales; /* K_I8: [rows, ceil(cols / group)]; 4-bit: absmax [n / group] */
     float *code;   /* 4-bit: [16]                                             */
     int group;     /* K_I8: columns a scale; 4-bit: elements a block          */
+    /* 4-bit with a nested absmax kept 8-bit (scales NULL; gemv_args has the formula): */
+    uint8_t *am_q;  /* [n / group] codes                                      */
+    float *am_s2;   /* [ceil(n / group >> am_shift)][2] scale, offset         */
+    float *am_code; /* [256]                                                  */
+    int am_shift;   /* log2(absmax values a nested scale)                     */
 } cuda_mat;
 
 /*

@@ -30,6 +30,12 @@
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 1   /* rows a warp works on together (1 measured best on H100 for dense weights) */
 #endif
+#ifndef GEMV_4BIT_UNROLL
+#define GEMV_4BIT_UNROLL 4
+#endif
+#ifndef GEMV_NESTED_UNROLL
+#define GEMV_NESTED_UNROLL 2 /* the 4-bit chunks with a nested absmax: 4 took 177 registers (one block an SM) */
+#endif
 #ifndef GEMV_UNROLL
 #define GEMV_UNROLL 8 /* 16-byte loads per lane per step */
 #endif
@@ -264,10 +270,27 @@ __device__ __forceinline__ qinfo make_qinfo(const gemv_args &a)
     return q;
 }
 
+/*
+ * Absmax b of a 4-bit matrix: fp32 as stored, or decoded from its nested
+ * 8-bit code exactly as the CPU does (the product rounded, then the sum;
+ * no fused multiply-add). `table`: the nested code table (am_code, or a
+ * copy of it in shared memory).
+ */
+__device__ __forceinline__ float nested_absmax(const gemv_args &a, const float *table, uint32_t q, size_t b)
+{
+    const float2 s = __ldg(reinterpret_cast<const float2 *>(a.am_s2) + (b >> a.am_shift));
+    return __fadd_rn(__fmul_rn(table[q], s.x), s.y);
+}
+__device__ __forceinline__ float absmax_at(const gemv_args &a, const float *table, size_t b)
+{
+    return a.am_q ? nested_absmax(a, table, __ldg(a.am_q + b), b) : __ldg(a.scales + b);
+}
+
 /* What the types other than the 4-bit one stage: the input in fp32, no table. */
 struct x_f32 {
     typedef float X;
     static constexpr size_t TABLE = 0;
+    static constexpr bool NESTED = false;
 };
 
 /* Dense: 16 bytes of a row (VEC elements) when rows are 16-byte aligned, else one element. */
@@ -349,9 +372,10 @@ struct chunk_i8_glu : chunk_i8 {
  * by the two rows), where fp32 took 32 lookups and 4 input reads.
  */
 struct chunk_4bit {
-    static constexpr int VEC = 32, PAD = 8, UNROLL = 4, ROWS = 2; /* a step of 2 x 2 KB: two 4096-column rows */
+    static constexpr int VEC = 32, PAD = 8, UNROLL = GEMV_4BIT_UNROLL, ROWS = 2; /* a step of 2 x 2 KB: two 4096-column rows */
     typedef __half X;
     static constexpr size_t TABLE = sizeof pair_s;
+    static constexpr bool NESTED = false;
     uint4 v;
     float am;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -361,6 +385,33 @@ struct chunk_4bit {
         am = __ldg(a.scales + (first >> q.shift));
     }
     __device__ __forceinline__ float dot(const __half *xs) const { return q4_dot(v, am, xs); }
+};
+
+/*
+ * The 4-bit chunk with a nested absmax: the block's 8-bit code and its
+ * scale and offset come with the weights (a quarter of the fp32 absmax's
+ * bytes, plus 8 bytes every 2^am_shift blocks, mostly from L1), and the
+ * absmax is decoded at the product through a copy of the code table in
+ * shared memory.
+ */
+__shared__ float am_code_s[256];
+struct chunk_4bit_nested : chunk_4bit {
+    static constexpr size_t TABLE = sizeof pair_s + sizeof am_code_s;
+    static constexpr bool NESTED = true;
+    static constexpr int UNROLL = GEMV_NESTED_UNROLL;
+    uint32_t q;
+    float2 s;
+    __device__ __forceinline__ void load(const gemv_args &a, const qinfo &qi, int ri, int c)
+    {
+        const size_t first = (size_t)ri * a.cols + (size_t)c * VEC, b = first >> qi.shift;
+        v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(a.w) + first / 2));
+        q = __ldg(a.am_q + b);
+        s = __ldg(reinterpret_cast<const float2 *>(a.am_s2) + (b >> a.am_shift));
+    }
+    __device__ __forceinline__ float dot(const __half *xs) const
+    {
+        return q4_dot(v, __fadd_rn(__fmul_rn(am_code_s[q], s.x), s.y), xs);
+    }
 };
 
 /* Any quantized type, one element at a time (shapes the 16-byte chunks do not fit). */
@@ -375,7 +426,7 @@ template <k_dtype Q> struct chunk_q1 : x_f32 {
             v = (float)static_cast<const int8_t *>(a.w)[i] * a.scales[(size_t)ri * ng + c / a.group];
         } else {
             const uint8_t b = static_cast<const uint8_t *>(a.w)[i / 2];
-            v = a.code[(i & 1) ? b & 15 : b >> 4] * a.scales[i / a.group];
+            v = a.code[(i & 1) ? b & 15 : b >> 4] * absmax_at(a, a.am_code, i / a.group);
         }
     }
     __device__ __forceinline__ float dot(const float *xs) const { return v * xs[0]; }
@@ -437,6 +488,9 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
      * the weights; stage_input's barrier publishes it. */
     if constexpr (C::TABLE > 0)
         build_pairs(a.code);
+    if constexpr (C::NESTED)
+        for (int i = threadIdx.x; i < 256; i += blockDim.x)
+            am_code_s[i] = a.am_code[i];
     /* Launched as a programmatic dependent of the previous kernel: the
      * weight loads above overlap its tail; its outputs (our input) are
      * read only after this wait. */
@@ -577,7 +631,8 @@ static bool quant_ok(const gemv_args *a)
 {
     if (a->wt == K_I8)
         return a->scales && a->group > 0;
-    return a->scales && a->code && a->group > 0 && a->group % 2 == 0;
+    const bool nested = a->am_q && a->am_s2 && a->am_code && a->am_shift >= 0 && a->am_shift < 31;
+    return (a->scales || nested) && a->code && a->group > 0 && a->group % 2 == 0;
 }
 
 extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
@@ -602,8 +657,10 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
     case K_FP4:
         if (!quant_ok(a))
             return launch_fail(c, "gemv: 4-bit weights without absmax, code table or an even block");
-        if (chunks_fit(a)) /* the input in fp16, 16 spare bytes every 32 columns */
-            return run_input<chunk_4bit>(c, a, ((size_t)a->cols + a->cols / 32 * 8) * sizeof(__half));
+        if (chunks_fit(a)) { /* the input in fp16, 16 spare bytes every 32 columns */
+            const size_t half_smem = ((size_t)a->cols + a->cols / 32 * 8) * sizeof(__half);
+            return a->am_q ? run_input<chunk_4bit_nested>(c, a, half_smem) : run_input<chunk_4bit>(c, a, half_smem);
+        }
         return run_input<chunk_q1<K_NF4>>(c, a, smem);
     default:
         break;
@@ -647,6 +704,9 @@ __global__ void __launch_bounds__(256) k_dequant_words(O *out, gemv_args a)
 {
     if (!I8 && threadIdx.x < 16)
         code_s[threadIdx.x] = a.code[threadIdx.x];
+    if (!I8 && a.am_q)
+        for (int i = threadIdx.x; i < 256; i += blockDim.x)
+            am_code_s[i] = a.am_code[i];
     __syncthreads();
     const qinfo qi = make_qinfo(a);
     const size_t total = (size_t)a.rows * a.cols / 8, stride = (size_t)gridDim.x * blockDim.x;
@@ -664,7 +724,7 @@ __global__ void __launch_bounds__(256) k_dequant_words(O *out, gemv_args a)
                 s[u] = __ldg(a.scales + ri * qi.n_groups + ((e - ri * a.cols) >> qi.shift));
             } else {
                 v[u].x = __ldg(reinterpret_cast<const uint32_t *>(a.w) + t);
-                s[u] = __ldg(a.scales + (e >> qi.shift));
+                s[u] = absmax_at(a, am_code_s, e >> qi.shift);
             }
         }
 #pragma unroll
@@ -699,6 +759,27 @@ __global__ void __launch_bounds__(256) k_dequant_words(O *out, gemv_args a)
             }
         }
     }
+}
+
+/* A nested absmax decoded to fp32, for the fused prefill product (which reads fp32 absmax). */
+__global__ void __launch_bounds__(256) k_absmax_decode(float *out, gemv_args a, size_t n)
+{
+    for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b < n; b += (size_t)gridDim.x * blockDim.x)
+        out[b] = nested_absmax(a, a.am_code, __ldg(a.am_q + b), b);
+}
+
+extern "C" int launch_absmax_decode(launch_ctx *c, float *out, const gemv_args *a)
+{
+    if (!out || (a->wt != K_NF4 && a->wt != K_FP4) || !quant_ok(a) || !a->am_q || a->rows <= 0 || a->cols <= 0)
+        return launch_fail(c, "absmax_decode: bad arguments (type %d, rows %d, cols %d)", (int)a->wt, a->rows, a->cols);
+    const size_t n = ((size_t)a->rows * a->cols + a->group - 1) / a->group;
+    /* A thread an absmax: each is a chain of two dependent loads, so a
+     * thread looping over several waited that chain each time (8 blocks an
+     * SM cost the 8B nf4-dq prefill 4%). */
+    const size_t cap = (size_t)(c->n_sms > 0 ? c->n_sms : 1) * 128;
+    const unsigned blocks = (unsigned)(n / 256 + 1 < cap ? n / 256 + 1 : cap);
+    k_absmax_decode<<<blocks, 256, 0, c->stream>>>(out, *a, n);
+    return launch_check(c, "absmax_decode");
 }
 
 extern "C" int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a)
