@@ -84,11 +84,6 @@ typedef struct rope_qkv_args {
     k_dtype kvt;
     const int *pos0;
     int n, n_heads, n_kv_heads, head_dim;
-    /* Decode attention only: byte ranges (16-byte aligned, multiples of 16)
-     * it fetches into L2 while it runs, shared out among its blocks: the
-     * next products' first weights. NULL / 0: none. */
-    const void *pf[4];
-    size_t pf_bytes[4];
 } rope_qkv_args;
 int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
 

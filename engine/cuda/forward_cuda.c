@@ -261,21 +261,6 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
         ra.out_max = max_slot(cs, l, 1, &D->wo);
-        static double pf_mb = -1.0; /* EXPERIMENT: EXP_L2PF=MB of the gate/up product's first rows */
-        if (pf_mb < 0)
-            pf_mb = getenv("EXP_L2PF") ? atof(getenv("EXP_L2PF")) : 0.0;
-        if (pf_mb > 0 && (D->w_gu.t == K_NF4 || D->w_gu.t == K_FP4)) {
-            const cuda_mat *G = &D->w_gu;
-            const size_t half = (size_t)c->ffn_dim, row = (size_t)dim / 2, bpr = (size_t)dim / G->group;
-            const size_t am_row = G->am_q ? bpr : bpr * sizeof(float);
-            size_t R = (size_t)(pf_mb * 1e6 / (2.0 * (double)(row + am_row)));
-            R = R > half ? half : R;
-            const char *am = G->am_q ? (const char *)G->am_q : (const char *)G->scales;
-            ra.pf[0] = G->w, ra.pf_bytes[0] = (R * row) & ~(size_t)15;
-            ra.pf[1] = (const char *)G->w + half * row, ra.pf_bytes[1] = (R * row) & ~(size_t)15;
-            ra.pf[2] = am, ra.pf_bytes[2] = (R * am_row) & ~(size_t)15;
-            ra.pf[3] = am + half * am_row, ra.pf_bytes[3] = (R * am_row) & ~(size_t)15;
-        }
         TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
         gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
                        .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),

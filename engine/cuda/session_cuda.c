@@ -72,9 +72,6 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     int splits = 1;
     while (splits < 16 && c->n_kv_heads * splits * 2 <= cs->lc.n_sms && splits * 2 * 16 <= s->n_ctx)
         splits *= 2;
-    const char *ov = getenv("EXP_DEC_SPLITS"); /* EXPERIMENT: measurement only */
-    if (ov && atoi(ov) >= 1 && atoi(ov) <= 16)
-        splits = atoi(ov);
     cs->n_splits = splits;
 
     engine_status st = ENGINE_OK;

@@ -158,21 +158,6 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     }
     __syncthreads(); /* the new rows are in the cache before a later chunk reads them */
 
-    /* The next products' first weights into L2 while this kernel leaves
-     * the memory idle: each block its share of each range, one bulk
-     * prefetch each. */
-    if (tid == 0) {
-        const size_t nb = (size_t)gridDim.y * splits, b = (size_t)kvh * splits + split;
-        for (int i = 0; i < 4; i++) {
-            const size_t n = a.pf_bytes[i], per = (n / nb + 15) & ~(size_t)15, lo_b = b * per;
-            if (!a.pf[i] || lo_b >= n)
-                continue;
-            const size_t len = per < n - lo_b ? per : n - lo_b;
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)a.pf[i] + lo_b),
-                         "r"((unsigned)len)
-                         : "memory");
-        }
-    }
     const float scale = rsqrtf((float)hd);
     /* Value sums: thread (slice, head, granule); a slice takes every S-th key. */
     const int pairs = G * hb, S = pairs >= DEC_THREADS ? 1 : DEC_THREADS / pairs;
