@@ -236,13 +236,6 @@ int launch_decode_layers(launch_ctx *c, const decode_layers_args *a);
  */
 int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a);
 
-/*
- * out[rows * cols / group] = the nested absmax of the 4-bit matrix of `a`
- * (am_q, am_s2, am_code, am_shift) decoded to fp32, exactly as the CPU
- * does: what the fused prefill product (launch_gemm_q4, which reads fp32
- * absmax from `scales`) takes for a matrix kept with its absmax 8-bit.
- */
-int launch_absmax_decode(launch_ctx *c, float *out, const gemv_args *a);
 
 /*
  * The prefill product of a 4-bit matrix without decoding it into memory:

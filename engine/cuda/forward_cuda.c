@@ -82,22 +82,9 @@ static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *
     if (k_dtype_is_quant(w->t)) {
         gemv_args g = {.rows = rows, .cols = cols};
         set_mat(&g, w);
-        /* The fused product reads fp32 absmax: a nested one is decoded into
-         * the end of the scratch first (its split tiles' sums keep the rest). */
-        gemm_q4_work work = cs->q4_work;
-        gemv_args gf = g;
-        if (g.am_q) {
-            const size_t am = ((size_t)rows * cols / (size_t)g.group * sizeof(float) + 255) & ~(size_t)255;
-            work.part_bytes = work.part_bytes > am ? (work.part_bytes - am) & ~(size_t)255 : 0;
-            gf.scales = (const float *)((char *)cs->deq + work.part_bytes);
-            gf.am_q = NULL;
-        }
-        const int sub = cs->lc.fused_q4 && work.part_bytes ? gemm_q4_tiles(&cs->lc, &gf, cs->cm->wt, n, &work) : 0;
-        if (sub) {
-            if (g.am_q)
-                TRY(launch_absmax_decode(&cs->lc, (float *)gf.scales, &g));
-            return launch_gemm_q4(&cs->lc, y, accumulate, cs->act, cs->cm->wt, &gf, n, sub, &work);
-        }
+        const int sub = cs->lc.fused_q4 ? gemm_q4_tiles(&cs->lc, &g, cs->cm->wt, n, &cs->q4_work) : 0;
+        if (sub)
+            return launch_gemm_q4(&cs->lc, y, accumulate, cs->act, cs->cm->wt, &g, n, sub, &cs->q4_work);
         TRY(launch_dequant(&cs->lc, cs->deq, cs->cm->wt, &g));
         dense = cs->deq;
     }

@@ -107,7 +107,11 @@ template <int NSUB> struct q4_shape {
  */
 struct q4_args {
     bool accumulate;
-    const float *absmax; /* [rows * cols / group] */
+    const float *absmax; /* [rows * cols / group], or NULL with a nested absmax: */
+    const uint8_t *am_q; /* gemv_args' nested absmax: codes [rows * cols / group], */
+    const float *am_s2;  /* a scale and offset each 2^am_shift of them,          */
+    const float *am_code; /* the codes' table [256]                              */
+    int am_shift;
     int group;
     int cols;
     int ntok, per_tile;  /* token tiles; units a tile (cols / 256) */
@@ -229,7 +233,7 @@ __device__ __forceinline__ void q4_fragments(uint32_t (&a)[16], const uint8_t *a
 #endif
 }
 
-template <typename T, int NSUB>
+template <typename T, int NSUB, bool NESTED>
 __global__ void __launch_bounds__(Q4_THREADS, 1)
     k_gemm_q4(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
               const __grid_constant__ CUtensorMap ymap, q4_args a, const float *code)
@@ -248,6 +252,10 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     const int nk = a.cols / Q4_K, me = blockIdx.x;
     const long long u_begin = q4_start(a, me), u_end = q4_start(a, me + 1);
 
+    __shared__ float code2[256]; /* a nested absmax's code table */
+    if (NESTED)
+        for (int i = tid; i < 256; i += Q4_THREADS)
+            code2[i] = a.am_code[i];
     for (int i = tid; i < 256; i += Q4_THREADS) { /* byte i: (code[i >> 4], code[i & 15]), element 2j first */
         P p;
         if constexpr (BF16)
@@ -321,26 +329,42 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
         /* The rows' absmax for step s + 4 is loaded at step s, so its latency
          * never shows (one step ahead measured the same: the cost was
          * elsewhere). am[i]: steps congruent to i mod 4. */
-        const float *am_r0 = a.absmax + (size_t)(row0 + lrow) * am_row, *am_r1 = am_r0 + 8 * am_row;
+        /* A nested absmax: its 8-bit code comes 4 steps ahead in the same
+         * register (as bits) and is decoded at the step, its scale and
+         * offset from L1 (each is shared by 2^am_shift blocks). The 8B
+         * nf4-dq prefill runs ~3% slower than with fp32 absmax (bench/
+         * RESULTS.md: decoding a step ahead, or reloading the scale only
+         * where it changes, measured slower still). */
+        const size_t b_r0 = (size_t)(row0 + lrow) * am_row, b_r1 = b_r0 + 8 * am_row;
+        auto am_load = [&](size_t b) {
+            return NESTED ? __uint_as_float(__ldg(a.am_q + b)) : __ldg(a.absmax + b);
+        };
+        auto am_value = [&](float raw, size_t b) {
+            if (!NESTED)
+                return raw;
+            const float2 sc = __ldg(reinterpret_cast<const float2 *>(a.am_s2) + (b >> a.am_shift));
+            return __fadd_rn(__fmul_rn(code2[__float_as_uint(raw)], sc.x), sc.y);
+        };
         float am[4][2];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            am[i][0] = __ldg(am_r0 + ((s0 + i) >> gshift));
-            am[i][1] = __ldg(am_r1 + ((s0 + i) >> gshift));
+            am[i][0] = am_load(b_r0 + ((s0 + i) >> gshift));
+            am[i][1] = am_load(b_r1 + ((s0 + i) >> gshift));
         }
         auto step = [&](int s, uint32_t(&f)[16], float(&amv)[2]) {
             const int st = gs % S::STAGES;
+            const float v0 = am_value(amv[0], b_r0 + (s >> gshift)), v1 = am_value(amv[1], b_r1 + (s >> gshift));
             P p0, p1;
             if constexpr (BF16) {
-                p0 = __float2bfloat162_rn(amv[0]);
-                p1 = __float2bfloat162_rn(amv[1]);
+                p0 = __float2bfloat162_rn(v0);
+                p1 = __float2bfloat162_rn(v1);
             } else {
-                p0 = __float2half2_rn(amv[0]);
-                p1 = __float2half2_rn(amv[1]);
+                p0 = __float2half2_rn(v0);
+                p1 = __float2half2_rn(v1);
             }
             if (s + 4 < s1) { /* (64-bit division here took more time than the decoding) */
-                amv[0] = __ldg(am_r0 + ((s + 4) >> gshift));
-                amv[1] = __ldg(am_r1 + ((s + 4) >> gshift));
+                amv[0] = am_load(b_r0 + ((s + 4) >> gshift));
+                amv[1] = am_load(b_r1 + ((s + 4) >> gshift));
             }
             mbar_wait(&full[st], (unsigned)(gs / S::STAGES) & 1u);
             const uint8_t *stage = stages + st * S::STAGE_BYTES;
@@ -510,7 +534,8 @@ extern "C" bool gemm_q4_supported(void)
 static bool q4_fits(const gemv_args *w, k_dtype xt, const void *x)
 {
     const int g = w->group / Q4_K;
-    return (w->wt == K_NF4 || w->wt == K_FP4) && (xt == K_BF16 || xt == K_F16) && w->scales && w->code &&
+    const bool nested = w->am_q && w->am_s2 && w->am_code && !w->scales;
+    return (w->wt == K_NF4 || w->wt == K_FP4) && (xt == K_BF16 || xt == K_F16) && (w->scales || nested) && w->code &&
            w->rows % Q4_ROWS == 0 && w->cols % (4 * Q4_K) == 0 && w->group % Q4_K == 0 && g > 0 && (g & (g - 1)) == 0 &&
            w->cols % w->group == 0 && (uintptr_t)w->w % 16 == 0 && (!x || (uintptr_t)x % 16 == 0);
 }
@@ -580,13 +605,13 @@ extern "C" int gemm_q4_tiles(const launch_ctx *c, const gemv_args *w, k_dtype xt
     return one < scratch ? 1 : 0;
 }
 
-template <typename T, int NSUB>
+template <typename T, int NSUB, bool NESTED>
 static int q4_launch(launch_ctx *c, const CUtensorMap &xmap, const CUtensorMap &wmap, const CUtensorMap &ymap,
                      q4_args qa, const float *code,
                      const gemm_q4_work *work, int n, int rows)
 {
     typedef q4_shape<NSUB> S;
-    auto kern = k_gemm_q4<T, NSUB>;
+    auto kern = k_gemm_q4<T, NSUB, NESTED>;
     if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM) != cudaSuccess)
         return launch_fail(c, "gemm_q4: %d bytes of shared memory: %s", S::SMEM, cudaGetErrorString(cudaGetLastError()));
     qa.ntok = (int)ceil_div(n, S::TOK);
@@ -611,6 +636,18 @@ static int q4_launch(launch_ctx *c, const CUtensorMap &xmap, const CUtensorMap &
     if (cudaLaunchKernelEx(&cfg, kern, xmap, wmap, ymap, qa, code) != cudaSuccess)
         return launch_fail(c, "gemm_q4: launch of %d CTAs: %s", qa.ctas, cudaGetErrorString(cudaGetLastError()));
     return launch_check(c, "gemm_q4");
+}
+
+/* The sub-tiles and the absmax's kind as template arguments. */
+template <typename T>
+static int q4_launch_sub(launch_ctx *c, const CUtensorMap &xmap, const CUtensorMap &wmap, const CUtensorMap &ymap,
+                         const q4_args &qa, const float *code, const gemm_q4_work *work, int n, int rows, int nsub)
+{
+    if (qa.am_q)
+        return nsub == 2 ? q4_launch<T, 2, true>(c, xmap, wmap, ymap, qa, code, work, n, rows)
+                         : q4_launch<T, 1, true>(c, xmap, wmap, ymap, qa, code, work, n, rows);
+    return nsub == 2 ? q4_launch<T, 2, false>(c, xmap, wmap, ymap, qa, code, work, n, rows)
+                     : q4_launch<T, 1, false>(c, xmap, wmap, ymap, qa, code, work, n, rows);
 }
 
 extern "C" int launch_gemm_q4(launch_ctx *c, float *y, bool accumulate, const void *x, k_dtype xt, const gemv_args *w,
@@ -652,10 +689,9 @@ extern "C" int launch_gemm_q4(launch_ctx *c, float *y, bool accumulate, const vo
         return launch_fail(c, "gemm_q4: output tensor map (error %d)", (int)r);
     q4_args qa = {};
     qa.accumulate = accumulate, qa.absmax = w->scales, qa.group = w->group;
+    qa.am_q = w->scales ? NULL : w->am_q, qa.am_s2 = w->am_s2, qa.am_code = w->am_code, qa.am_shift = w->am_shift;
     qa.cols = cols;
     if (xt == K_BF16)
-        return nsub == 2 ? q4_launch<__nv_bfloat16, 2>(c, xmap, wmap, ymap, qa, w->code, work, n, rows)
-                         : q4_launch<__nv_bfloat16, 1>(c, xmap, wmap, ymap, qa, w->code, work, n, rows);
-    return nsub == 2 ? q4_launch<__half, 2>(c, xmap, wmap, ymap, qa, w->code, work, n, rows)
-                     : q4_launch<__half, 1>(c, xmap, wmap, ymap, qa, w->code, work, n, rows);
+        return q4_launch_sub<__nv_bfloat16>(c, xmap, wmap, ymap, qa, w->code, work, n, rows, nsub);
+    return q4_launch_sub<__half>(c, xmap, wmap, ymap, qa, w->code, work, n, rows, nsub);
 }

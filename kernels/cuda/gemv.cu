@@ -761,27 +761,6 @@ __global__ void __launch_bounds__(256) k_dequant_words(O *out, gemv_args a)
     }
 }
 
-/* A nested absmax decoded to fp32, for the fused prefill product (which reads fp32 absmax). */
-__global__ void __launch_bounds__(256) k_absmax_decode(float *out, gemv_args a, size_t n)
-{
-    for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b < n; b += (size_t)gridDim.x * blockDim.x)
-        out[b] = nested_absmax(a, a.am_code, __ldg(a.am_q + b), b);
-}
-
-extern "C" int launch_absmax_decode(launch_ctx *c, float *out, const gemv_args *a)
-{
-    if (!out || (a->wt != K_NF4 && a->wt != K_FP4) || !quant_ok(a) || !a->am_q || a->rows <= 0 || a->cols <= 0)
-        return launch_fail(c, "absmax_decode: bad arguments (type %d, rows %d, cols %d)", (int)a->wt, a->rows, a->cols);
-    const size_t n = ((size_t)a->rows * a->cols + a->group - 1) / a->group;
-    /* A thread an absmax: each is a chain of two dependent loads, so a
-     * thread looping over several waited that chain each time (8 blocks an
-     * SM cost the 8B nf4-dq prefill 4%). */
-    const size_t cap = (size_t)(c->n_sms > 0 ? c->n_sms : 1) * 128;
-    const unsigned blocks = (unsigned)(n / 256 + 1 < cap ? n / 256 + 1 : cap);
-    k_absmax_decode<<<blocks, 256, 0, c->stream>>>(out, *a, n);
-    return launch_check(c, "absmax_decode");
-}
-
 extern "C" int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a)
 {
     if (!out || !a->w || a->rows <= 0 || a->cols <= 0 || !k_dtype_is_quant(a->wt) || !quant_ok(a))
