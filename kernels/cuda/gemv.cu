@@ -30,9 +30,6 @@
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 1   /* rows a warp works on together (1 measured best on H100 for dense weights) */
 #endif
-#ifndef GEMV_AHEAD2
-#define GEMV_AHEAD2 0
-#endif
 #ifndef GEMV_4BIT_UNROLL
 #define GEMV_4BIT_UNROLL 4
 #endif
@@ -487,9 +484,6 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
         blk_max = blk_done = 0; /* published by stage_input's barrier */
     if (total > 0)
         load(cur, 0, 0);
-    constexpr bool AHEAD2 = GEMV_AHEAD2 && C::NESTED;
-    if (AHEAD2 && total > 1) /* EXPERIMENT: the second step too */
-        load(nxt, steps > 1 ? 0 : 1, steps > 1 ? 1 : 0);
     /* The 4-bit table reads the weights' code table, as the loads above read
      * the weights; stage_input's barrier publishes it. */
     if constexpr (C::TABLE > 0)
@@ -511,7 +505,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     int group = 0, step = 0;
     for (int k = 0; k < total; k++) {
         const int ng = step + 1 == steps ? group + 1 : group, ns = step + 1 == steps ? 0 : step + 1;
-        if (k + 1 < total && (!AHEAD2 || k > 0))
+        if (k + 1 < total)
             load(nxt, ng, ns);
         else /* the last step: the next kernel may start loading its weights */
             dependents_may_launch();
