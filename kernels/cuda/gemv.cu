@@ -30,9 +30,6 @@
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 1   /* rows a warp works on together (1 measured best on H100 for dense weights) */
 #endif
-#ifndef GEMV_AHEAD0
-#define GEMV_AHEAD0 0
-#endif
 #ifndef GEMV_4BIT_UNROLL
 #define GEMV_4BIT_UNROLL 4
 #endif
@@ -485,7 +482,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     float ymx = 0.0f;
     if (threadIdx.x == 0)
         blk_max = blk_done = 0; /* published by stage_input's barrier */
-    if (!GEMV_AHEAD0 && total > 0)
+    if (total > 0)
         load(cur, 0, 0);
     /* The 4-bit table reads the weights' code table, as the loads above read
      * the weights; stage_input's barrier publishes it. */
@@ -499,11 +496,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
      * read only after this wait. */
     dependency_wait();
     /* The input, scaled where fp16: the sums are multiplied by xscale. */
-    if (GEMV_AHEAD0 == 1 && total > 0) /* EXPERIMENT: the first loads after the wait */
-        load(cur, 0, 0);
     const float xscale = stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
-    if (GEMV_AHEAD0 == 2 && total > 0) /* EXPERIMENT: the first loads after the staging */
-        load(cur, 0, 0);
 
     float acc[R];
 #pragma unroll
