@@ -30,12 +30,6 @@
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 1   /* rows a warp works on together (1 measured best on H100 for dense weights) */
 #endif
-#ifndef GEMV_TMA_STAGE
-#define GEMV_TMA_STAGE 0
-#endif
-#ifndef GEMV_TMA_COLS
-#define GEMV_TMA_COLS 4096
-#endif
 #ifndef GEMV_4BIT_UNROLL
 #define GEMV_4BIT_UNROLL 4
 #endif
@@ -246,43 +240,6 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
     __syncthreads();
     return undo;
 }
-
-#if GEMV_TMA_STAGE
-/*
- * EXPERIMENT: the fp16 staging of the decode chain (x_max given) from an
- * fp32 copy of x (and of the norm weights) that the bulk copy engine
- * brought into shared memory, so that the input's reads do not queue
- * behind the weight loads in flight.
- */
-template <int IN, int P>
-__device__ float stage_from_smem(__half *xs, const float *x32, const float *n32, int cols, float eps,
-                                 const unsigned *x_max)
-{
-    const bool rms = IN == GEMV_IN_RMSNORM;
-    const int n8 = cols / 8;
-    const int e = max((int)((*x_max >> 23) & 0xff), 12);
-    const float f = __int_as_float((265 - e) << 23);
-    float ss = 0.0f;
-    for (int j = threadIdx.x; j < n8; j += blockDim.x) {
-        const float4 a0 = reinterpret_cast<const float4 *>(x32)[2 * j], a1 = reinterpret_cast<const float4 *>(x32)[2 * j + 1];
-        float xb[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}, nb[8];
-        if (rms) {
-            const float4 b0 = reinterpret_cast<const float4 *>(n32)[2 * j], b1 = reinterpret_cast<const float4 *>(n32)[2 * j + 1];
-            nb[0] = b0.x, nb[1] = b0.y, nb[2] = b0.z, nb[3] = b0.w, nb[4] = b1.x, nb[5] = b1.y, nb[6] = b1.z, nb[7] = b1.w;
-        }
-        __half2 h[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            if (rms)
-                ss += xb[2 * i] * xb[2 * i] + xb[2 * i + 1] * xb[2 * i + 1];
-            h[i] = rms ? __floats2half2_rn(xb[2 * i] * nb[2 * i] * f, xb[2 * i + 1] * nb[2 * i + 1] * f)
-                       : __floats2half2_rn(xb[2 * i] * f, xb[2 * i + 1] * f);
-        }
-        *reinterpret_cast<uint4 *>(xs + 8 * j + 8 * j / P * 8) = *reinterpret_cast<const uint4 *>(h);
-    }
-    return publish_input<IN>(ss, cols, eps) * __int_as_float((e - 11) << 23);
-}
-#endif
 
 /*
  * One unit of loading and its dot product with the staged input. The lanes
@@ -537,50 +494,9 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     /* Launched as a programmatic dependent of the previous kernel: the
      * weight loads above overlap its tail; its outputs (our input) are
      * read only after this wait. */
-#if GEMV_TMA_STAGE
-    constexpr bool RMS = IN == GEMV_IN_RMSNORM;
-    const bool tma = sizeof(X) == 2 && a.x_max && a.cols <= GEMV_TMA_COLS && (uintptr_t)a.x % 16 == 0 &&
-                     (!RMS || (uintptr_t)a.norm % 16 == 0);
-    __shared__ uint64_t stg_bar;
-    const size_t xs_bytes = (((size_t)a.cols + a.cols / 32 * 8) * sizeof(X) + 15) & ~(size_t)15;
-    float *x32 = reinterpret_cast<float *>(reinterpret_cast<char *>(smem) + xs_bytes), *n32 = x32 + a.cols;
-    if (tma && threadIdx.x == 0)
-    {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&stg_bar)));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (tma && threadIdx.x == 0) {
-        const unsigned xb = (unsigned)a.cols * 4u;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(&stg_bar)),
-                     "r"(RMS ? 2 * xb : xb)
-                     : "memory");
-        if (RMS)
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                             smem_addr(n32)),
-                         "l"(a.norm), "r"(xb), "r"(smem_addr(&stg_bar))
-                         : "memory");
-    }
-#endif
     dependency_wait();
     /* The input, scaled where fp16: the sums are multiplied by xscale. */
-#if GEMV_TMA_STAGE
-    float xscale;
-    if (tma) {
-        if (threadIdx.x == 0)
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                             smem_addr(x32)),
-                         "l"(a.x), "r"((unsigned)a.cols * 4u), "r"(smem_addr(&stg_bar))
-                         : "memory");
-        mbar_wait(&stg_bar, 0);
-        xscale = stage_from_smem<IN, C::PAD ? VEC : 32>(reinterpret_cast<__half *>(xs), x32, n32, a.cols, a.eps,
-                                                          a.x_max);
-    } else {
-        xscale = stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
-    }
-#else
     const float xscale = stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
-#endif
 
     float acc[R];
 #pragma unroll
@@ -742,11 +658,7 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
         if (!quant_ok(a))
             return launch_fail(c, "gemv: 4-bit weights without absmax, code table or an even block");
         if (chunks_fit(a)) { /* the input in fp16, 16 spare bytes every 32 columns */
-            size_t half_smem = ((size_t)a->cols + a->cols / 32 * 8) * sizeof(__half);
-#if GEMV_TMA_STAGE
-            if (a->x_max && a->cols <= GEMV_TMA_COLS)
-                half_smem = ((half_smem + 15) & ~(size_t)15) + (size_t)a->cols * 4 * (a->in == GEMV_IN_RMSNORM ? 2 : 1);
-#endif
+            const size_t half_smem = ((size_t)a->cols + a->cols / 32 * 8) * sizeof(__half);
             return a->am_q ? run_input<chunk_4bit_nested>(c, a, half_smem) : run_input<chunk_4bit>(c, a, half_smem);
         }
         return run_input<chunk_q1<K_NF4>>(c, a, smem);
