@@ -573,6 +573,30 @@ static void check_gemv_chain(launch_ctx *lc, const gemv_args *a, const float *x,
 }
 
 /*
+ * The nested absmax of w (ns blocks) on the device as the engine keeps it
+ * (8-bit codes, each nested block's scale and offset side by side, the
+ * code table), set in a's fields; free_nested releases it.
+ */
+static void dev_nested(const k_weight *w, size_t ns, gemv_args *a)
+{
+    const size_t ng = (ns + w->absmax_block - 1) / w->absmax_block;
+    float *s2 = malloc(ng * 2 * sizeof *s2);
+    for (size_t j = 0; j < ng; j++)
+        s2[2 * j] = w->absmax_scale[j], s2[2 * j + 1] = w->absmax_offset;
+    a->scales = NULL;
+    a->am_q = dev_from(w->absmax_q, ns);
+    a->am_s2 = dev_copy(s2, ng * 2);
+    a->am_code = dev_copy(w->absmax_code, 256);
+    a->am_shift = __builtin_ctz((unsigned)w->absmax_block);
+    free(s2);
+}
+
+static void free_nested(gemv_args *a)
+{
+    cudaFree((void *)a->am_q), cudaFree((void *)a->am_s2), cudaFree((void *)a->am_code);
+}
+
+/*
  * Quantized weights: a dense random matrix quantized by the CPU reference
  * (quant/), its arrays uploaded as the engine does (a nested absmax decoded
  * to fp32), then the decode product (plain, RMS-normalised, accumulating,
@@ -623,20 +647,10 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
         k_swiglu(&kc, ref, ref + outs, (size_t)outs);
     for (int i = 0; i < outs && acc; i++)
         ref[i] += y0[i];
-    /* A nested absmax also as the engine keeps it when it can: 8-bit, with
-     * each nested block's scale and offset side by side. */
-    uint8_t *dq8 = NULL;
-    float *ds2 = NULL, *damc = NULL;
-    if (w->absmax_q) {
-        const size_t ng = (ns + w->absmax_block - 1) / w->absmax_block;
-        float *s2 = malloc(ng * 2 * sizeof *s2);
-        for (size_t j = 0; j < ng; j++)
-            s2[2 * j] = w->absmax_scale[j], s2[2 * j + 1] = w->absmax_offset;
-        dq8 = dev_from(w->absmax_q, ns);
-        ds2 = dev_copy(s2, ng * 2);
-        damc = dev_copy(w->absmax_code, 256);
-        free(s2);
-    }
+    /* A nested absmax also as the engine keeps it when it can (8-bit). */
+    gemv_args nest = {0};
+    if (w->absmax_q)
+        dev_nested(w, ns, &nest);
     float *dy = dev_copy(y0, (size_t)rows);
     void *dd = dev_alloc(nw * sizeof(uint16_t));
     for (int nested = 0; nested < (w->absmax_q ? 2 : 1); nested++) {
@@ -646,10 +660,9 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
         gemv_args a = {.y = dy, .accumulate = acc, .w = dw, .wt = type, .rows = rows, .cols = cols,
                        .scales = nested ? NULL : dsc, .code = dcode, .group = type == K_I8 ? w->group : w->block,
                        .in = rms ? GEMV_IN_RMSNORM : GEMV_IN_F32, .x = dx, .norm = dn, .eps = 1e-5f, .glu_out = glu};
-        if (nested) {
-            a.am_q = dq8, a.am_s2 = ds2, a.am_code = damc;
-            a.am_shift = __builtin_ctz((unsigned)w->absmax_block);
-        }
+        if (nested)
+            a.scales = NULL, a.am_q = nest.am_q, a.am_s2 = nest.am_s2, a.am_code = nest.am_code,
+            a.am_shift = nest.am_shift;
         CHECK_MSG(launch_gemv(lc, &a) == 0, "gemv: %s", lc->err);
         float *got = host_f32(dy, K_F32, (size_t)outs);
         /* The 4-bit chunks (cols a multiple of 32) multiply in fp16: the input
@@ -683,7 +696,7 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
     free(wv), free(x), free(norm), free(xin), free(y0);
     q_weight_free(&qw);
     cudaFree(dw), cudaFree(dsc), cudaFree(dcode), cudaFree(dx), cudaFree(dn), cudaFree(dy), cudaFree(dd);
-    cudaFree(dq8), cudaFree(ds2), cudaFree(damc);
+    free_nested(&nest);
 }
 
 static void test_quant_products(launch_ctx *lc)
@@ -697,6 +710,19 @@ static void test_quant_products(launch_ctx *lc)
             check_gemv_quant(lc, K_NF4, 0, mode & 1, rows, cols, mode);
             check_gemv_quant(lc, K_FP4, 0, false, rows, cols, mode);
         }
+}
+
+/* y[n, w rows] set to y0 (acc) or poisoned, then the fused product into it; its result on the host (malloc'd). */
+static float *run_gemm_q4(launch_ctx *lc, float *dy, const float *y0, bool acc, const void *dx, k_dtype xt,
+                          const gemv_args *w, int n, int nsub, const gemm_q4_work *work)
+{
+    const size_t ny = (size_t)n * w->rows;
+    if (acc)
+        cudaMemcpy(dy, y0, ny * sizeof(float), cudaMemcpyHostToDevice);
+    else
+        cudaMemset(dy, 0xff, ny * sizeof(float));
+    CHECK_MSG(launch_gemm_q4(lc, dy, acc, dx, xt, w, n, nsub, work) == 0, "gemm_q4: %s", lc->err);
+    return host_f32(dy, K_F32, ny);
 }
 
 /*
@@ -739,9 +765,7 @@ static void check_gemm_q4(launch_ctx *lc, k_dtype type, int group, bool dq, k_dt
     k_weight hx = {NULL, xt, n, cols};
     void *dxw = dev_weight(xt, nx, xv, &hx); /* xv: x's values after rounding to xt */
     void *dw = dev_from(w->data, nw / 2);
-    float *dam = dev_copy(am, ns), *dcode = dev_copy(w->code, 16), *dy = dev_copy(y0, ny);
-    if (!acc)
-        cudaMemset(dy, 0xff, ny * sizeof(float));
+    float *dam = dev_copy(am, ns), *dcode = dev_copy(w->code, 16), *dy = dev_alloc(ny * sizeof(float));
     gemv_args a = {.w = dw, .wt = type, .rows = rows, .cols = cols, .scales = dam, .code = dcode, .group = gr};
     const int sms0 = lc->n_sms;
     lc->n_sms = sms > 0 ? sms : sms0;
@@ -751,14 +775,8 @@ static void check_gemm_q4(launch_ctx *lc, k_dtype type, int group, bool dq, k_dt
     CHECK(cudaMalloc((void **)&work.count, 256 * sizeof(uint32_t)) == cudaSuccess);
     cudaMemset(work.part, 0xff, work.part_bytes);
     cudaMemset(work.count, 0, 256 * sizeof(uint32_t));
-    CHECK_MSG(launch_gemm_q4(lc, dy, acc, dxw, xt, &a, n, nsub, sms ? &work : NULL) == 0, "gemm_q4: %s", lc->err);
-    float *got = host_f32(dy, K_F32, ny);
-    if (acc)
-        cudaMemcpy(dy, y0, ny * sizeof(float), cudaMemcpyHostToDevice);
-    else
-        cudaMemset(dy, 0xff, ny * sizeof(float));
-    CHECK_MSG(launch_gemm_q4(lc, dy, acc, dxw, xt, &a, n, nsub, sms ? &work : NULL) == 0, "gemm_q4: %s", lc->err);
-    float *again = host_f32(dy, K_F32, ny);
+    float *got = run_gemm_q4(lc, dy, y0, acc, dxw, xt, &a, n, nsub, sms ? &work : NULL);
+    float *again = run_gemm_q4(lc, dy, y0, acc, dxw, xt, &a, n, nsub, sms ? &work : NULL);
     uint32_t counts[256];
     cudaMemcpy(counts, work.count, sizeof counts, cudaMemcpyDeviceToHost);
     int dirty = 0;
@@ -770,25 +788,13 @@ static void check_gemm_q4(launch_ctx *lc, k_dtype type, int group, bool dq, k_dt
     /* A nested absmax as the engine keeps it (8-bit, decoded in the kernel):
      * the same absmax values, so the same bits. */
     if (w->absmax_q && gk == 1) {
-        const size_t ng = (ns + w->absmax_block - 1) / w->absmax_block;
-        float *s2 = malloc(ng * 2 * sizeof *s2);
-        for (size_t j = 0; j < ng; j++)
-            s2[2 * j] = w->absmax_scale[j], s2[2 * j + 1] = w->absmax_offset;
-        uint8_t *dq8 = dev_from(w->absmax_q, ns);
-        float *ds2 = dev_copy(s2, ng * 2), *damc = dev_copy(w->absmax_code, 256);
         gemv_args an = a;
-        an.scales = NULL, an.am_q = dq8, an.am_s2 = ds2, an.am_code = damc;
-        an.am_shift = __builtin_ctz((unsigned)w->absmax_block);
-        if (acc)
-            cudaMemcpy(dy, y0, ny * sizeof(float), cudaMemcpyHostToDevice);
-        else
-            cudaMemset(dy, 0xff, ny * sizeof(float));
-        CHECK_MSG(launch_gemm_q4(lc, dy, acc, dxw, xt, &an, n, nsub, sms ? &work : NULL) == 0, "gemm_q4: %s", lc->err);
-        float *gn = host_f32(dy, K_F32, ny);
+        dev_nested(w, ns, &an);
+        float *gn = run_gemm_q4(lc, dy, y0, acc, dxw, xt, &an, n, nsub, sms ? &work : NULL);
         CHECK_MSG(memcmp(got, gn, ny * sizeof(float)) == 0, "gemm_q4 %dx%d n %d: the 8-bit absmax gives other bits",
                   rows, cols, n);
-        free(gn), free(s2);
-        cudaFree(dq8), cudaFree(ds2), cudaFree(damc);
+        free(gn);
+        free_nested(&an);
     }
     lc->n_sms = sms0;
     cudaFree(work.part), cudaFree(work.count);
