@@ -1,8 +1,8 @@
 /*
  * test_stream_cuda.c: streamed layers against resident ones on the GPU.
  * For every committed checkpoint, as stored and quantized while loading
- * (int8: the converted-copy path; as stored, bf16/f16/f32 files: the
- * pinned-mapping path), the same model is run all resident and with every
+ * (int8, nf4, nf4-dq: the converted-copy path; as stored, bf16/f16/f32
+ * files and the bitsandbytes nf4-dq one: the pinned-mapping path), the same model is run all resident and with every
  * layer (then half of them) forced to stream from host memory. The two
  * must give identical greedy ids over a prompt batch (prefill) and 24
  * decoded tokens (the CUDA graph with its copies), and the same logits
@@ -246,13 +246,17 @@ static void check_model(const char *path, engine_quant q)
     do_run(path, q, 2, 0, 0, &half);
     do_run(path, q, 1 << 20, 1 << 20, budget, &hosted);
     do_run(path, q, 1 << 20, 1, 0, &one);
-    const char *qn = q == ENGINE_QUANT_NONE ? "as stored" : q == ENGINE_QUANT_INT8 ? "int8" : "nf4";
+    const int four_bit = q == ENGINE_QUANT_NF4 || q == ENGINE_QUANT_NF4_DQ || strstr(path, "bnb");
+    const char *qn = q == ENGINE_QUANT_NONE ? "as stored"
+                     : q == ENGINE_QUANT_INT8 ? "int8"
+                     : q == ENGINE_QUANT_NF4  ? "nf4"
+                                              : "nf4-dq";
     char what[64];
     snprintf(what, sizeof what, "%s/all", qn);
     compare(path, what, &res, &all, 1e-5, 1e-5);
     snprintf(what, sizeof what, "%s/some", qn);
     compare(path, what, &res, &half, 1e-5, 1e-5);
-    if (q != ENGINE_QUANT_NF4) {
+    if (!four_bit) {
         snprintf(what, sizeof what, "%s/hosted", qn);
         compare(path, what, &res, &hosted, 1e-5, 1e-4);
         snprintf(what, sizeof what, "%s/one-host", qn);
@@ -278,12 +282,16 @@ int main(void)
         "models/llama_tied_bf16_oldconfig", "models/qwen2_bf16", "models/qwen3_f32",
         "models/mistral_sharded",
     };
-    static const engine_quant QUANTS[] = {ENGINE_QUANT_NONE, ENGINE_QUANT_INT8, ENGINE_QUANT_NF4};
+    static const engine_quant QUANTS[] = {ENGINE_QUANT_NONE, ENGINE_QUANT_INT8, ENGINE_QUANT_NF4,
+                                          ENGINE_QUANT_NF4_DQ};
     char path[512];
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++)
         for (size_t k = 0; k < sizeof QUANTS / sizeof QUANTS[0]; k++)
             check_model(i == 0 ? test_src_path(path, sizeof path, MODELS[i])
                                : test_data_path(path, sizeof path, MODELS[i]),
                         QUANTS[k]);
+    /* A bitsandbytes checkpoint with a nested absmax, as stored: its 8-bit
+     * codes copied from the pinned mapping, its scales paired in the image. */
+    check_model(test_data_path(path, sizeof path, "quant/llama_bnb_nf4_dq"), ENGINE_QUANT_NONE);
     return test_finish("test_stream_cuda");
 }
