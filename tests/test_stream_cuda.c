@@ -28,6 +28,7 @@
 
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -229,7 +230,8 @@ static void compare(const char *path, const char *what, const run *a, const run 
            path, what, b->streamed, b->hosted, dp, dc);
 }
 
-static void check_model(const char *path, engine_quant q)
+/* stored_4bit: the checkpoint itself is 4-bit (as q's 4-bit formats make it). */
+static void check_model(const char *path, engine_quant q, bool stored_4bit)
 {
     run res, all, half, hosted, one;
     do_run(path, q, 0, 0, 0, &res);
@@ -246,7 +248,7 @@ static void check_model(const char *path, engine_quant q)
     do_run(path, q, 2, 0, 0, &half);
     do_run(path, q, 1 << 20, 1 << 20, budget, &hosted);
     do_run(path, q, 1 << 20, 1, 0, &one);
-    const int four_bit = q == ENGINE_QUANT_NF4 || q == ENGINE_QUANT_NF4_DQ || strstr(path, "bnb");
+    const bool four_bit = stored_4bit || q == ENGINE_QUANT_NF4 || q == ENGINE_QUANT_NF4_DQ;
     const char *qn = q == ENGINE_QUANT_NONE ? "as stored"
                      : q == ENGINE_QUANT_INT8 ? "int8"
                      : q == ENGINE_QUANT_NF4  ? "nf4"
@@ -289,9 +291,9 @@ int main(void)
         for (size_t k = 0; k < sizeof QUANTS / sizeof QUANTS[0]; k++)
             check_model(i == 0 ? test_src_path(path, sizeof path, MODELS[i])
                                : test_data_path(path, sizeof path, MODELS[i]),
-                        QUANTS[k]);
+                        QUANTS[k], false);
     /* A bitsandbytes checkpoint with a nested absmax, as stored: its 8-bit
      * codes copied from the pinned mapping, its scales paired in the image. */
-    check_model(test_data_path(path, sizeof path, "quant/llama_bnb_nf4_dq"), ENGINE_QUANT_NONE);
+    check_model(test_data_path(path, sizeof path, "quant/llama_bnb_nf4_dq"), ENGINE_QUANT_NONE, true);
     return test_finish("test_stream_cuda");
 }
