@@ -712,6 +712,158 @@ static void test_quant_products(launch_ctx *lc)
         }
 }
 
+/* A random [rows, cols] matrix quantized by the CPU reference, on the device as the engine keeps it. */
+typedef struct dev_q4 {
+    q_weight q;
+    gemv_args a; /* w, wt, rows, cols, scales or the nested absmax, code, group */
+} dev_q4;
+
+static void dev_q4_make(dev_q4 *m, k_dtype type, bool dq, int rows, int cols)
+{
+    const size_t nw = (size_t)rows * cols;
+    float *wv = malloc(nw * sizeof *wv);
+    fill(wv, nw, 1.0);
+    k_weight src = {wv, K_F32, rows, cols};
+    q_spec spec = {.type = type, .double_quant = dq};
+    err_buf e = {0};
+    CHECK_MSG(q_quantize_weight(&src, &spec, 2, &m->q, "test", &e) == ENGINE_OK, "%s", e.msg);
+    free(wv);
+    const k_weight *w = &m->q.w;
+    const size_t ns = (nw + w->block - 1) / w->block;
+    memset(&m->a, 0, sizeof m->a);
+    m->a.w = dev_from(w->data, (nw + 1) / 2);
+    m->a.wt = type;
+    m->a.rows = rows, m->a.cols = cols, m->a.group = w->block;
+    m->a.code = dev_copy(w->code, 16);
+    if (w->absmax_q)
+        dev_nested(w, ns, &m->a);
+    else
+        m->a.scales = dev_copy(w->absmax, ns);
+}
+
+static void dev_q4_free(dev_q4 *m)
+{
+    cudaFree((void *)m->a.w), cudaFree((void *)m->a.code), cudaFree((void *)m->a.scales);
+    if (m->a.am_q)
+        free_nested(&m->a);
+    q_weight_free(&m->q);
+}
+
+/*
+ * The fused feed-forward kernel (ffn_decode.cu) against the CPU's chain:
+ * x + down(swiglu(gate/up(rmsnorm(x)))), x read and written in place as
+ * decode does. Also: the maximum it posts for the next product, the same
+ * bits on a second run (the clusters' sums are added in a fixed order),
+ * its counters left at zero, and the two-launch path on the same inputs.
+ */
+static void check_ffn(launch_ctx *lc, k_dtype type, bool dq, int dim, int ffn, bool with_bias)
+{
+    dev_q4 gu, down;
+    dev_q4_make(&gu, type, dq, 2 * ffn, dim);
+    dev_q4_make(&down, type, dq, dim, ffn);
+    float *x = malloc((size_t)dim * sizeof *x), *norm = malloc((size_t)dim * sizeof *norm);
+    float *bgu = malloc((size_t)2 * ffn * sizeof *bgu), *bd = malloc((size_t)dim * sizeof *bd);
+    float *g = malloc((size_t)dim * sizeof *g);
+    fill(x, (size_t)dim, 2.0);
+    fill(norm, (size_t)dim, 1.0);
+    fill(bgu, (size_t)2 * ffn, 0.5);
+    fill(bd, (size_t)dim, 0.5);
+    fill(g, (size_t)dim, 1.0);
+    /* CPU */
+    k_ctx kc = cpu_ctx(ffn > dim ? ffn : dim);
+    float *xin = malloc((size_t)dim * sizeof *xin), *h = malloc((size_t)2 * ffn * sizeof *h);
+    float *ref = malloc((size_t)dim * sizeof *ref);
+    k_weight nwt = {norm, K_F32, 1, dim}, none = {NULL, K_F32, 0, 0};
+    k_weight bgw = {bgu, K_F32, 1, 2 * ffn}, bdw = {bd, K_F32, 1, dim};
+    k_rmsnorm(&kc, xin, x, 1, dim, &nwt, 1e-5f);
+    k_matmul(&kc, h, xin, 1, &gu.q.w, with_bias ? &bgw : &none);
+    k_swiglu(&kc, h, h + ffn, (size_t)ffn);
+    k_matmul(&kc, ref, h, 1, &down.q.w, with_bias ? &bdw : &none);
+    float xm = 0.0f, dmax = 0.0f;
+    for (int i = 0; i < dim; i++) {
+        xm = fmaxf(xm, fabsf(x[i] * norm[i]));
+        dmax = fmaxf(dmax, fabsf(ref[i]));
+        ref[i] += x[i];
+    }
+    /* GPU */
+    float *dx = dev_copy(x, (size_t)dim), *dn = dev_copy(norm, (size_t)dim), *dg = dev_copy(g, (size_t)dim);
+    float *dbgu = dev_copy(bgu, (size_t)2 * ffn), *dbd = dev_copy(bd, (size_t)dim);
+    float *dh = dev_alloc((size_t)ffn * sizeof(float));
+    const size_t part_floats = (size_t)(lc->n_sms > 0 ? lc->n_sms : 1) * dim;
+    float *dpart = dev_alloc(part_floats * sizeof(float));
+    uint32_t *dm = dev_alloc((3 + FFN_COUNT_WORDS) * sizeof(uint32_t)), m[3 + FFN_COUNT_WORDS] = {0};
+    memcpy(&m[1], &xm, sizeof xm);
+    gemv_args ga = gu.a, da = down.a;
+    ga.y = dh, ga.in = GEMV_IN_RMSNORM, ga.x = dx, ga.norm = dn, ga.eps = 1e-5f, ga.glu_out = true;
+    ga.x_max = dm + 1, ga.y_max = dm + 2, ga.bias = with_bias ? dbgu : NULL;
+    da.y = dx, da.accumulate = true, da.in = GEMV_IN_F32, da.x = dh, da.x_max = dm + 2, da.y_max = dm;
+    da.y_max_norm = dg, da.bias = with_bias ? dbd : NULL;
+    const ffn_args fa = {.gu = ga, .down = da, .part = dpart, .part_floats = part_floats, .count = dm + 3};
+    CHECK_MSG(ffn_decode_fits(lc, &fa), "ffn_decode: %s dq %d dim %d ffn %d should fit", dtype_name(type), dq, dim, ffn);
+    float *got[3];
+    for (int run = 0; run < 3; run++) { /* fused twice, then the two products */
+        cudaMemcpy(dx, x, (size_t)dim * sizeof(float), cudaMemcpyHostToDevice);
+        cudaMemcpy(dm, m, sizeof m, cudaMemcpyHostToDevice);
+        if (run < 2) {
+            CHECK_MSG(launch_ffn_decode(lc, &fa) == 0, "ffn_decode: %s", lc->err);
+        } else {
+            CHECK_MSG(launch_gemv(lc, &ga) == 0 && launch_gemv(lc, &da) == 0, "gemv: %s", lc->err);
+        }
+        got[run] = host_f32(dx, K_F32, (size_t)dim);
+        uint32_t back[3 + FFN_COUNT_WORDS];
+        cudaMemcpy(back, dm, sizeof back, cudaMemcpyDeviceToHost);
+        float have, want = 0.0f;
+        memcpy(&have, &back[0], sizeof have);
+        for (int i = 0; i < dim; i++)
+            want = fmaxf(want, fabsf(got[run][i] * g[i]));
+        CHECK_MSG(have == want, "ffn_decode %s dq %d %dx%d run %d: output maximum %g, want %g", dtype_name(type), dq,
+                  dim, ffn, run, have, want);
+        for (int i = 0; i < FFN_COUNT_WORDS && run < 2; i++)
+            CHECK_MSG(back[3 + i] == 0, "ffn_decode: counter %d left at %u", i, back[3 + i]);
+        /* The down product's output against the CPU's, relative to its
+         * largest value: two fp16-pair products in a row (see check_gemv_quant's
+         * tolerance) with h rounded to fp16 between them. */
+        double err = 0.0;
+        for (int i = 0; i < dim; i++)
+            err = fmax(err, fabs((double)got[run][i] - ref[i]));
+        err /= dmax;
+        CHECK_MSG(err < 6e-3, "ffn_decode %s dq %d dim %d ffn %d bias %d run %d: error %.2e", dtype_name(type), dq, dim,
+                  ffn, with_bias, run, err);
+    }
+    CHECK_MSG(memcmp(got[0], got[1], (size_t)dim * sizeof(float)) == 0, "ffn_decode %s %dx%d: two runs differ",
+              dtype_name(type), dim, ffn);
+    for (int r = 0; r < 3; r++)
+        free(got[r]);
+    free(x), free(norm), free(bgu), free(bd), free(g), free(xin), free(h), free(ref), free(kc.scratch);
+    cudaFree(dx), cudaFree(dn), cudaFree(dg), cudaFree(dbgu), cudaFree(dbd), cudaFree(dh), cudaFree(dpart);
+    cudaFree(dm);
+    dev_q4_free(&gu);
+    dev_q4_free(&down);
+}
+
+static void test_ffn(launch_ctx *lc)
+{
+    /* The 8B and 1B shapes, the test models', 11 chunks of h (uneven slices), 12 rows a block. */
+    static const int shapes[][2] = {{4096, 14336}, {2048, 8192}, {64, 128}, {256, 352}, {96, 96}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int dim = shapes[si][0], ffn = shapes[si][1];
+        check_ffn(lc, K_NF4, false, dim, ffn, si % 2 == 1);
+        check_ffn(lc, K_NF4, true, dim, ffn, si % 2 == 0);
+        check_ffn(lc, K_FP4, false, dim, ffn, false);
+    }
+    /* What it does not take: int8, and rows not a whole number of chunks. */
+    dev_q4 a;
+    dev_q4_make(&a, K_NF4, false, 2 * 128, 80);
+    float *dx = dev_alloc(4096);
+    ffn_args fa = {.gu = a.a, .down = a.a, .part = dx, .part_floats = 1024, .count = (unsigned *)dx};
+    fa.gu.glu_out = true, fa.gu.in = GEMV_IN_RMSNORM, fa.gu.x = dx, fa.gu.norm = dx;
+    fa.down.rows = 80, fa.down.cols = 128, fa.down.y = dx, fa.down.accumulate = true;
+    CHECK(!ffn_decode_fits(lc, &fa));
+    CHECK(launch_ffn_decode(lc, &fa) == -1 && strstr(lc->err, "ffn_decode"));
+    cudaFree(dx);
+    dev_q4_free(&a);
+}
+
 /* y[n, w rows] set to y0 (acc) or poisoned, then the fused product into it; its result on the host (malloc'd). */
 static float *run_gemm_q4(launch_ctx *lc, float *dy, const float *y0, bool acc, const void *dx, k_dtype xt,
                           const gemv_args *w, int n, int nsub, const gemm_q4_work *work)
@@ -943,6 +1095,7 @@ int main(void)
     test_attention(&lc);
     test_matrix_products(&lc);
     test_quant_products(&lc);
+    test_ffn(&lc);
     test_gemm_q4(&lc);
     /* Bad arguments fail with a message and launch nothing. */
     CHECK(launch_rmsnorm(&lc, NULL, K_F32, NULL, NULL, 1, 8, 1e-5f) == -1 && strstr(lc.err, "rmsnorm"));
