@@ -187,31 +187,6 @@ typedef struct gemv_args {
 int launch_gemv(launch_ctx *c, const gemv_args *a);
 
 /*
- * A decode layer's feed-forward block in one kernel (4-bit weights):
- *   x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x)))
- * with gu as launch_gemv takes the gate/up product (glu_out, GEMV_IN_RMSNORM
- * input x, its x_max; gu.y unused) and down as it takes the down product
- * (y = x accumulated, its bias, y_max and y_max_norm; down.x, in, x_max
- * unused). Clusters of blocks each own a slice of the hidden activations:
- * they compute it, share it through distributed shared memory and multiply
- * the down matrix's matching columns by it, so the down product waits for
- * no other cluster. Each cluster's partial sums go to part; the last
- * cluster to finish a slice of rows adds them up in cluster order, so x is
- * the same bits on every run. count (FFN_COUNT_WORDS, zero) is left zero.
- * ffn_decode_fits says whether the shapes and types run here (else the two
- * launch_gemv calls). part_floats bounds the clusters (dim floats each).
- */
-#define FFN_COUNT_WORDS 16
-typedef struct ffn_args {
-    gemv_args gu, down;
-    float *part;
-    size_t part_floats;
-    unsigned *count;
-} ffn_args;
-bool ffn_decode_fits(launch_ctx *c, const ffn_args *a);
-int launch_ffn_decode(launch_ctx *c, const ffn_args *a);
-
-/*
  * Every layer of one decode step in one persistent kernel, for 4-bit
  * (NF4/FP4) Llama-shaped layers: per layer x += o(attention(rope(qkv(
  * rmsnorm(x))))), then x += down(silu(gate) * up(rmsnorm(x))), as the

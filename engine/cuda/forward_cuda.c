@@ -127,8 +127,6 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
  * product after the embedding or after a CPU-computed layer has no such
  * writer.
  */
-_Static_assert(PLAN_FFN_COUNT_WORDS == FFN_COUNT_WORDS, "the planner sizes the feed-forward kernel's counters");
-
 static uint32_t *max_slot(cuda_session *cs, int l, int k, const cuda_mat *reader)
 {
     if ((reader->t != K_NF4 && reader->t != K_FP4) || (k == 0 && (l == 0 || stream_hosted(cs, l - 1))))
@@ -164,8 +162,6 @@ engine_status cuda_decode_prepare(cuda_session *cs, const engine_session *s, err
     const engine_model *m = s->model;
     const cfg_model *c = &m->cfg;
     const char *env = getenv("ENGINE_DECODE");
-    const char *ffn = getenv("ENGINE_FFN"); /* "ops": the feed-forward block as two products (for comparison) */
-    cs->ffn_fused = !ffn || strcmp(ffn, "ops") != 0;
     cs->fused_decode = false;
     if (!env || strcmp(env, "fused") != 0 || cs->ss || cs->host || cs->kvt != K_F16 || c->n_layers < 1)
         return ENGINE_OK;
@@ -262,21 +258,12 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
                         .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,
                         .y_max = max_slot(cs, l, 3, &D->w_down)};
         set_mat(&gu, &D->w_gu);
+        TRY(launch_gemv(lc, &gu));
         gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
                           .in = GEMV_IN_F32, .x = cs->gu, .x_max = gu.y_max, .y_max = max_slot(cs, l + 1, 0, reader),
                           .y_max_norm = next_norm};
         set_mat(&down, &D->w_down);
-        /* Both products in one kernel where it takes them (ffn_decode.cu); its
-         * partial sums use the prefill scratch, which decode leaves free. */
-        const ffn_args ffn = {.gu = gu, .down = down, .part = cs->deq,
-                              .part_floats = cs->cm->deq_elems * k_dtype_size(cs->cm->wt) / sizeof(float),
-                              .count = cs->in_max + 4 * (size_t)c->n_layers + 1};
-        if (cs->ffn_fused && ffn_decode_fits(lc, &ffn)) {
-            TRY(launch_ffn_decode(lc, &ffn));
-        } else {
-            TRY(launch_gemv(lc, &gu));
-            TRY(launch_gemv(lc, &down));
-        }
+        TRY(launch_gemv(lc, &down));
         TRY(stream_after_layer(cs, l));
     }
     TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));

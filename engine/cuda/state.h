@@ -113,7 +113,6 @@ struct cuda_session {
     gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
     void *dl;             /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table and sync words */
     bool fused_decode;    /* decode runs every layer in that kernel (cuda_decode_prepare) */
-    bool ffn_fused;       /* decode runs each feed-forward block in one kernel where it fits (ENGINE_FFN=ops: not) */
     decode_layers_args dl_args;
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
