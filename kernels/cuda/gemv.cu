@@ -252,10 +252,9 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
  * each chunk's columns, so 16-byte reads of 8 lanes cover the 32 banks. load()
  * takes the row index and the chunk's index within the row; dot() gets the
  * input at the chunk's first column (the 4-bit type reads its byte table
- * from pair_w, below). VEC: columns a chunk covers; X: the staged input's
+ * from pair_s, below). VEC: columns a chunk covers; X: the staged input's
  * element (PAD counts those); TABLE: the bytes of static shared memory the
- * type's products read besides the input; DYN: the bytes of dynamic shared
- * memory before the input (the 4-bit type's byte table).
+ * type's products read besides the input.
  */
 /*
  * What a quantized chunk needs to find its scale without dividing (integer
@@ -293,8 +292,8 @@ __device__ __forceinline__ float absmax_at(const gemv_args &a, const float *tabl
 /* What the types other than the 4-bit one stage: the input in fp32, no table. */
 struct x_f32 {
     typedef float X;
-    static constexpr size_t TABLE = 0, DYN = 0;
-    static constexpr bool NESTED = false, PAIRS = false, WIDE = false;
+    static constexpr size_t TABLE = 0;
+    static constexpr bool NESTED = false;
 };
 
 /* Dense: 16 bytes of a row (VEC elements) when rows are 16-byte aligned, else one element. */
@@ -373,15 +372,13 @@ struct chunk_i8_glu : chunk_i8 {
  *
  * The products run on fp16 pairs (q4_dot, q4_pairs.cuh). Per 32 weights
  * and row: 16 table reads of one wavefront and 2 input reads of 4 (shared
- * by the two rows), where fp32 took 32 lookups and 4 input reads. WIDE:
- * the table with 256-byte rows in dynamic shared memory (one prmt a
- * lookup's address), where two blocks an SM still fit beside the input.
+ * by the two rows), where fp32 took 32 lookups and 4 input reads.
  */
-template <bool W> struct chunk_4bit {
+struct chunk_4bit {
     static constexpr int VEC = 32, PAD = 8, UNROLL = GEMV_4BIT_UNROLL, ROWS = 2; /* a step of 2 x 2 KB: two 4096-column rows */
     typedef __half X;
-    static constexpr size_t TABLE = W ? 0 : sizeof pair_s, DYN = W ? Q4_WIDE_TABLE_BYTES : 0;
-    static constexpr bool NESTED = false, PAIRS = true, WIDE = W;
+    static constexpr size_t TABLE = sizeof pair_s;
+    static constexpr bool NESTED = false;
     uint4 v;
     float am;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -390,7 +387,7 @@ template <bool W> struct chunk_4bit {
         v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(a.w) + first / 2));
         am = __ldg(a.scales + (first >> q.shift));
     }
-    __device__ __forceinline__ float dot(const __half *xs) const { return q4_dot<W>(v, am, xs); }
+    __device__ __forceinline__ float dot(const __half *xs) const { return q4_dot(v, am, xs); }
 };
 
 /*
@@ -401,22 +398,22 @@ template <bool W> struct chunk_4bit {
  * shared memory.
  */
 __shared__ float am_code_s[256];
-template <bool W> struct chunk_4bit_nested : chunk_4bit<W> {
-    static constexpr size_t TABLE = chunk_4bit<W>::TABLE + sizeof am_code_s;
+struct chunk_4bit_nested : chunk_4bit {
+    static constexpr size_t TABLE = sizeof pair_s + sizeof am_code_s;
     static constexpr bool NESTED = true;
     static constexpr int UNROLL = GEMV_NESTED_UNROLL;
     uint32_t q;
     float2 s;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &qi, int ri, int c)
     {
-        const size_t first = (size_t)ri * a.cols + (size_t)c * chunk_4bit<W>::VEC, b = first >> qi.shift;
-        this->v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(a.w) + first / 2));
+        const size_t first = (size_t)ri * a.cols + (size_t)c * VEC, b = first >> qi.shift;
+        v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(a.w) + first / 2));
         q = __ldg(a.am_q + b);
         s = __ldg(reinterpret_cast<const float2 *>(a.am_s2) + (b >> a.am_shift));
     }
     __device__ __forceinline__ float dot(const __half *xs) const
     {
-        return q4_dot<W>(this->v, __fadd_rn(__fmul_rn(am_code_s[q], s.x), s.y), xs);
+        return q4_dot(v, __fadd_rn(__fmul_rn(am_code_s[q], s.x), s.y), xs);
     }
 };
 
@@ -450,7 +447,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
     extern __shared__ float4 smem[];
     typedef typename C::X X;
-    X *xs = reinterpret_cast<X *>(smem + C::DYN / sizeof(float4)); /* the input [cols (+ PAD every VEC columns)] */
+    X *xs = reinterpret_cast<X *>(smem); /* the input [cols (+ PAD every VEC columns)] */
     constexpr int VEC = C::VEC, STRIDE = VEC + C::PAD, U = C::UNROLL;
     const qinfo qi = C::PAD && a.group > 0 ? make_qinfo(a) : qinfo{0, 0}; /* the 16-byte quantized chunks */
     /* GLU: each output pairs gate row j with up row half + j. */
@@ -492,8 +489,8 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
         load(cur, 0, 0);
     /* The 4-bit table reads the weights' code table, as the loads above read
      * the weights; stage_input's barrier publishes it. */
-    if constexpr (C::PAIRS)
-        build_pairs<C::WIDE>(a.code);
+    if constexpr (C::TABLE > 0)
+        build_pairs(a.code);
     if constexpr (C::NESTED)
         for (int i = threadIdx.x; i < 256; i += blockDim.x)
             am_code_s[i] = a.am_code[i];
@@ -585,7 +582,6 @@ template <typename C, int IN, bool GLU>
 static int run(launch_ctx *c, const gemv_args *a, size_t smem)
 {
     auto kern = k_gemv<C, IN, GLU>;
-    smem += C::DYN;
     if (smem + C::TABLE > 48 * 1024 &&
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return launch_fail(c, "gemv: %zu bytes of shared memory for %d columns: %s", smem, a->cols,
@@ -633,26 +629,6 @@ static bool chunks_fit(const gemv_args *a)
     return a->cols % 32 == 0 && a->group % 32 == 0 && pow2(a->group);
 }
 
-/*
- * Whether the wide 4-bit table leaves room for two blocks an SM beside
- * this input (the products need both blocks' warps: the 8B down product at
- * one block an SM measured 10% slower). 2 KB a block for the static tables
- * and the system's share.
- */
-static bool wide_fits(size_t input_bytes)
-{
-    int dev = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    const char *lim = getenv("EXP_WIDE_MAX_KB"); /* EXPERIMENT */
-    if (lim)
-        return input_bytes + Q4_WIDE_TABLE_BYTES + 2048 <= (size_t)atoi(lim) * 1024;
-    return 2 * (input_bytes + Q4_WIDE_TABLE_BYTES + 2048) <= (size_t)per_sm;
-}
-
 /* A quantized matrix's arrays are there and its group fits its type. */
 static bool quant_ok(const gemv_args *a)
 {
@@ -686,11 +662,7 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
             return launch_fail(c, "gemv: 4-bit weights without absmax, code table or an even block");
         if (chunks_fit(a)) { /* the input in fp16, 16 spare bytes every 32 columns */
             const size_t half_smem = ((size_t)a->cols + a->cols / 32 * 8) * sizeof(__half);
-            if (wide_fits(half_smem))
-                return a->am_q ? run_input<chunk_4bit_nested<true>>(c, a, half_smem)
-                               : run_input<chunk_4bit<true>>(c, a, half_smem);
-            return a->am_q ? run_input<chunk_4bit_nested<false>>(c, a, half_smem)
-                           : run_input<chunk_4bit<false>>(c, a, half_smem);
+            return a->am_q ? run_input<chunk_4bit_nested>(c, a, half_smem) : run_input<chunk_4bit>(c, a, half_smem);
         }
         return run_input<chunk_q1<K_NF4>>(c, a, smem);
     default:

@@ -19,36 +19,21 @@
  */
 __shared__ __align__(16) uint32_t pair_s[256 * 32]; /* written and read 16 bytes at a time */
 
-/*
- * The wide table (gemv.cu): the same words in rows of 256 bytes, [byte][64]
- * with lanes 32..63 unused, 64 KB at the start of dynamic shared memory.
- * A lookup's address is then (byte << 8) | lane4, which one prmt forms from
- * the weight word and the lane's offset, where the 128-byte rows take a
- * shift and a lop3.
- */
-extern __shared__ __align__(16) uint32_t pair_w[];
-#define Q4_WIDE_TABLE_BYTES (256 * 256)
-
-template <bool WIDE = false> static __device__ void build_pairs(const float *code)
+static __device__ void build_pairs(const float *code)
 {
-    uint32_t *table = WIDE ? pair_w : pair_s;
     for (int b = threadIdx.x; b < 256; b += blockDim.x) {
         const __half2 p = __floats2half2_rn(code[b >> 4], code[b & 15]);
         const uint32_t u = *reinterpret_cast<const uint32_t *>(&p);
-        uint4 *row = reinterpret_cast<uint4 *>(table + (WIDE ? 64 : 32) * b);
+        uint4 *row = reinterpret_cast<uint4 *>(pair_s + 32 * b);
 #pragma unroll
         for (int i = 0; i < 8; i++) /* rotated: 8 threads' 16-byte stores on distinct banks */
             row[(i + b) & 7] = make_uint4(u, u, u, u);
     }
 }
 
-/* The pair for byte j of the weight word w; lane4: 4 x the lane. */
-template <bool WIDE> __device__ __forceinline__ __half2 pair_at(uint32_t w, int j, uint32_t lane4)
+/* The pair for the byte at bits 7..14 of `bits`; lane4: 4 x the lane. */
+__device__ __forceinline__ __half2 pair_at(uint32_t bits, uint32_t lane4)
 {
-    if constexpr (WIDE)
-        return *reinterpret_cast<const __half2 *>(reinterpret_cast<const char *>(pair_w) +
-                                                   __byte_perm(w, lane4, 0x5504u | (j << 4)));
-    const uint32_t bits = j == 0 ? w << 7 : w >> (8 * j - 7); /* byte j at bits 7..14 */
     return *reinterpret_cast<const __half2 *>(reinterpret_cast<const char *>(pair_s) + ((bits & 0x7f80u) | lane4));
 }
 
@@ -62,12 +47,12 @@ struct alignas(16) half2x4 {
  * lie). The products run on fp16 pairs: a byte's two codes (one lookup)
  * times two input values (a 16-byte read gives 8) in one HFMA2. A half2
  * sums 8 products a half at most (two words), then goes to fp32; the
- * absmax applies in fp32. Needs build_pairs<WIDE>' table. xs must be 16-byte
+ * absmax applies in fp32. Needs build_pairs' table. xs must be 16-byte
  * aligned, and visibly so to the compiler: where the caller's pointer
  * arithmetic hides it, x is read as 4-byte words, which conflict across
  * lanes 80 bytes apart (measured: 2x the shared-memory wavefronts).
  */
-template <bool WIDE = false> __device__ __forceinline__ float q4_dot(const uint4 &v, float am, const __half *xs)
+__device__ __forceinline__ float q4_dot(const uint4 &v, float am, const __half *xs)
 {
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
     const uint32_t lane4 = (threadIdx.x & 31) * 4;
@@ -79,10 +64,10 @@ template <bool WIDE = false> __device__ __forceinline__ float q4_dot(const uint4
 #pragma unroll
         for (int k = 2 * h; k < 2 * h + 2; k++) { /* byte j of word k: elements 8k + 2j, 8k + 2j + 1 */
             const half2x4 x = x8[k];
-            s = __hfma2(pair_at<WIDE>(w[k], 0, lane4), x.p[0], s);
-            s = __hfma2(pair_at<WIDE>(w[k], 1, lane4), x.p[1], s);
-            s = __hfma2(pair_at<WIDE>(w[k], 2, lane4), x.p[2], s);
-            s = __hfma2(pair_at<WIDE>(w[k], 3, lane4), x.p[3], s);
+            s = __hfma2(pair_at(w[k] << 7, lane4), x.p[0], s);
+            s = __hfma2(pair_at(w[k] >> 1, lane4), x.p[1], s);
+            s = __hfma2(pair_at(w[k] >> 9, lane4), x.p[2], s);
+            s = __hfma2(pair_at(w[k] >> 17, lane4), x.p[3], s);
         }
         f[h] = __half22float2(s);
     }
