@@ -41,20 +41,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 /* Wait until at most N committed groups of this thread are still in flight. */
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/* The address of p (this block's shared memory) in block `rank` of the cluster, and a load from there. */
-__device__ __forceinline__ uint32_t cluster_smem(const void *p, int rank)
-{
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ float ld_cluster(uint32_t at)
-{
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(at) : "memory");
-    return v;
-}
-
 /*
  * The EL = 16 / sizeof(T) elements of a granule as fp32. The granule comes
  * by value, as one 16-byte shared-memory load: read through a pointer to
@@ -84,12 +70,12 @@ template <typename T> __device__ __forceinline__ void granule_f32(const uint4 g,
  * chunks [chunk][hb] granules, the new k and v rows [2][hb]; then fp32: per q head
  * of the group q [G][hd] and the output accumulator [G][hd], the value
  * sums of the key slices [DEC_THREADS * EL], scores [G][chunk], max, sum
- * and correction [G].
+ * and correction [G], the merge's weights [DEC_MAX_SPLITS][G].
  */
 struct dec_smem {
     static __host__ __device__ size_t fixed_bytes(int g, int hd, int es)
     {
-        return ((size_t)2 * g * hd + 3 * g + DEC_THREADS * (16 / es)) * 4 + 2 * (size_t)hd * es;
+        return ((size_t)2 * g * hd + 3 * g + DEC_MAX_SPLITS * g + DEC_THREADS * (16 / es)) * 4 + 2 * (size_t)hd * es;
     }
     static __host__ __device__ size_t key_bytes(int g, int hd, int es) { return (size_t)4 * hd * es + 4 * g; }
 };
@@ -106,7 +92,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
     uint4 *kbuf = sm, *vbuf = kbuf + (size_t)2 * chunk * hb, *nrow = vbuf + (size_t)2 * chunk * hb;
     float *qs = reinterpret_cast<float *>(nrow + 2 * hb), *os = qs + G * hd, *red = os + G * hd;
-    float *sc = red + DEC_THREADS * EL, *ms = sc + G * chunk, *ls = ms + G, *cr = ls + G;
+    float *sc = red + DEC_THREADS * EL, *ms = sc + G * chunk, *ls = ms + G, *cr = ls + G, *wt = cr + G;
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
 
     const int pos = *a.pos0; /* copied in before the graph's first kernel */
@@ -250,43 +236,35 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         __syncthreads(); /* before the buffer is refilled and sc, red are overwritten */
     }
 
-    /* Merge the splits: block `split` finishes every splits-th output of
-     * this kv head, with every block's max, sum and accumulator for it in
-     * one round of remote loads (the max and sum are the same for a warp's
-     * outputs, one head's). */
+    /* Merge the splits. A warp per head reads every block's max and sum
+     * (a lane per block) and leaves the blocks' weights in wt; then block
+     * `split` finishes every splits-th output of this kv head, its loads
+     * from the others' accumulators all in flight. */
     cluster.sync();
+    for (int g = warp; g < G; g += warps) {
+        const float m_s = lane < splits ? cluster.map_shared_rank(ms, lane)[g] : -INFINITY;
+        const float l_s = lane < splits ? cluster.map_shared_rank(ls, lane)[g] : 0.0f;
+        const float mx = warp_max(m_s);
+        const float w = m_s == -INFINITY ? 0.0f : expf(m_s - mx); /* -inf: a split with no keys */
+        const float den = warp_sum(w * l_s);
+        if (lane < splits)
+            wt[lane * G + g] = w / den;
+    }
+    __syncthreads();
     float omx = 0.0f; /* for out_max */
     for (int o = split * DEC_THREADS + tid; o < G * hd; o += splits * DEC_THREADS) {
         const int g = o / hd;
-        /* Block s's ms, ls and os through one 32-bit cluster address (ls and
-         * os at fixed distances from ms): 64-bit generic pointers for the
-         * three arrays spilled registers. */
-        const uint32_t at_l = (uint32_t)(ls - ms) * 4, at_o = (uint32_t)(os - ms) * 4;
-        float m_s[DEC_MAX_SPLITS], l_s[DEC_MAX_SPLITS], part[DEC_MAX_SPLITS];
+        float part[DEC_MAX_SPLITS];
 #pragma unroll
         for (int s = 0; s < DEC_MAX_SPLITS; s++)
-            if (s < splits) {
-                const uint32_t b = cluster_smem(ms + g, s);
-                m_s[s] = ld_cluster(b);
-                l_s[s] = ld_cluster(b + at_l);
-                part[s] = ld_cluster(b + at_o + (uint32_t)(o - g) * 4);
-            }
-        float mx = -INFINITY;
+            part[s] = s < splits ? cluster.map_shared_rank(os, s)[o] : 0.0f;
+        float num = 0.0f;
 #pragma unroll
         for (int s = 0; s < DEC_MAX_SPLITS; s++)
             if (s < splits)
-                mx = fmaxf(mx, m_s[s]);
-        float num = 0.0f, den = 0.0f;
-#pragma unroll
-        for (int s = 0; s < DEC_MAX_SPLITS; s++)
-            if (s < splits) {
-                const float w = m_s[s] == -INFINITY ? 0.0f : expf(m_s[s] - mx); /* -inf: a split with no keys */
-                num += w * part[s];
-                den += w * l_s[s];
-            }
-        const float v = num / den;
-        out[(size_t)kvh * G * hd + o] = v;
-        omx = fmaxf(omx, fabsf(v));
+                num += wt[s * G + g] * part[s];
+        out[(size_t)kvh * G * hd + o] = num;
+        omx = fmaxf(omx, fabsf(num));
     }
     if (a.out_max) { /* the output projection stages its input knowing this */
         omx = warp_max(omx);
