@@ -701,7 +701,11 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
 
 static void test_quant_products(launch_ctx *lc)
 {
-    static const int shapes[][2] = {{64, 64}, {3072, 2048}, {256, 172}, {130, 96}, {2048, 8192}};
+    /* The last shape has more row pairs than a wave of 4-bit product warps
+     * (two blocks of 8 an SM) and fewer row triples: three rows a warp
+     * (the last triple not full). */
+    const int wave = lc->n_sms * 2 * 8;
+    const int shapes[][2] = {{64, 64}, {3072, 2048}, {256, 172}, {130, 96}, {2048, 8192}, {2 * wave + 100, 1024}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int mode = 0; mode < 4; mode++) {
             const int rows = shapes[si][0], cols = shapes[si][1];
