@@ -60,7 +60,7 @@ int main(int argc, char **argv)
         w[i] = (float)(0.02 * gauss());
     for (int c = 0; c < cols; c++)
         x[c] = (float)(gauss() * (c % 97 == 5 ? outlier : 1.0));
-    k_weight src = {w, K_F32, rows, cols};
+    k_weight src = {.data = w, .dtype = K_F32, .rows = rows, .cols = cols};
     q_spec spec = {.type = K_NF4};
     q_weight q;
     err_buf e = {0};
