@@ -184,6 +184,11 @@ typedef struct gemv_args {
     unsigned *y_max;
     const float *y_max_norm;
 } gemv_args;
+/* Whether a's nested absmax fields are all there (am_shift in range). */
+static inline bool gemv_nested_ok(const gemv_args *a)
+{
+    return a->am_q && a->am_s2 && a->am_code && a->am_shift >= 0 && a->am_shift < 31;
+}
 int launch_gemv(launch_ctx *c, const gemv_args *a);
 
 /*
@@ -235,7 +240,6 @@ int launch_decode_layers(launch_ctx *c, const decode_layers_args *a);
  * the prefill products, which then run through cuBLASLt.
  */
 int launch_dequant(launch_ctx *c, void *out, k_dtype ot, const gemv_args *a);
-
 
 /*
  * The prefill product of a 4-bit matrix without decoding it into memory:

@@ -211,9 +211,11 @@ void q_8bit_dequantize(const float code[256], const uint8_t *q, const float *abs
 
 bool q_nested_stackable(const k_weight *const *parts, int np)
 {
+    if (np < 1)
+        return false;
     const k_weight *p0 = parts[0];
     const int nb = p0->absmax_block;
-    if (np < 1 || (p0->dtype != K_NF4 && p0->dtype != K_FP4) || !p0->absmax_q || nb <= 0 || (nb & (nb - 1)))
+    if ((p0->dtype != K_NF4 && p0->dtype != K_FP4) || !p0->absmax_q || nb <= 0 || (nb & (nb - 1)))
         return false;
     for (int i = 0; i < np; i++) {
         const k_weight *p = parts[i];

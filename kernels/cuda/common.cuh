@@ -120,6 +120,13 @@ static inline unsigned ceil_div(long a, long b) { return (unsigned)((a + b - 1) 
 __device__ __forceinline__ void dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void dependents_may_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
 
+/*
+ * A nested (double-quantized) absmax from its 8-bit code's table value and
+ * its nested block's scale and offset, exactly as the CPU decodes it: the
+ * product rounded, then the sum (no fused multiply-add).
+ */
+__device__ __forceinline__ float nested_absmax_of(float code, float2 s) { return __fadd_rn(__fmul_rn(code, s.x), s.y); }
+
 /* A shared-memory address as the 32-bit operand of PTX's shared-state instructions. */
 __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 

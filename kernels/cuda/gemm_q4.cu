@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
             if (!NESTED)
                 return raw;
             const float2 sc = __ldg(reinterpret_cast<const float2 *>(a.am_s2) + (b >> a.am_shift));
-            return __fadd_rn(__fmul_rn(code2[__float_as_uint(raw)], sc.x), sc.y);
+            return nested_absmax_of(code2[__float_as_uint(raw)], sc);
         };
         float am[4][2];
 #pragma unroll
@@ -534,9 +534,8 @@ extern "C" bool gemm_q4_supported(void)
 static bool q4_fits(const gemv_args *w, k_dtype xt, const void *x)
 {
     const int g = w->group / Q4_K;
-    const bool nested = w->am_q && w->am_s2 && w->am_code && !w->scales;
-    return (w->wt == K_NF4 || w->wt == K_FP4) && (xt == K_BF16 || xt == K_F16) && (w->scales || nested) && w->code &&
-           w->rows % Q4_ROWS == 0 && w->cols % (4 * Q4_K) == 0 && w->group % Q4_K == 0 && g > 0 && (g & (g - 1)) == 0 &&
+    return (w->wt == K_NF4 || w->wt == K_FP4) && (xt == K_BF16 || xt == K_F16) && (w->scales || gemv_nested_ok(w)) &&
+           w->code && w->rows % Q4_ROWS == 0 && w->cols % (4 * Q4_K) == 0 && w->group % Q4_K == 0 && g > 0 && (g & (g - 1)) == 0 &&
            w->cols % w->group == 0 && (uintptr_t)w->w % 16 == 0 && (!x || (uintptr_t)x % 16 == 0);
 }
 

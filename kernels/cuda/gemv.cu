@@ -275,14 +275,13 @@ __device__ __forceinline__ qinfo make_qinfo(const gemv_args &a)
 
 /*
  * Absmax b of a 4-bit matrix: fp32 as stored, or decoded from its nested
- * 8-bit code exactly as the CPU does (the product rounded, then the sum;
- * no fused multiply-add). `table`: the nested code table (am_code, or a
- * copy of it in shared memory).
+ * 8-bit code (nested_absmax_of). `table`: the nested code table (am_code,
+ * or a copy of it in shared memory).
  */
 __device__ __forceinline__ float nested_absmax(const gemv_args &a, const float *table, uint32_t q, size_t b)
 {
     const float2 s = __ldg(reinterpret_cast<const float2 *>(a.am_s2) + (b >> a.am_shift));
-    return __fadd_rn(__fmul_rn(table[q], s.x), s.y);
+    return nested_absmax_of(table[q], s);
 }
 __device__ __forceinline__ float absmax_at(const gemv_args &a, const float *table, size_t b)
 {
@@ -413,7 +412,7 @@ struct chunk_4bit_nested : chunk_4bit {
     }
     __device__ __forceinline__ float dot(const __half *xs) const
     {
-        return q4_dot(v, __fadd_rn(__fmul_rn(am_code_s[q], s.x), s.y), xs);
+        return q4_dot(v, nested_absmax_of(am_code_s[q], s), xs);
     }
 };
 
@@ -678,8 +677,7 @@ static bool quant_ok(const gemv_args *a)
 {
     if (a->wt == K_I8)
         return a->scales && a->group > 0;
-    const bool nested = a->am_q && a->am_s2 && a->am_code && a->am_shift >= 0 && a->am_shift < 31;
-    return (a->scales || nested) && a->code && a->group > 0 && a->group % 2 == 0;
+    return (a->scales || gemv_nested_ok(a)) && a->code && a->group > 0 && a->group % 2 == 0;
 }
 
 extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
