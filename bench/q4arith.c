@@ -54,8 +54,10 @@ int main(int argc, char **argv)
         return 2;
     }
     float *w = malloc((size_t)rows * cols * sizeof *w), *x = malloc((size_t)cols * sizeof *x);
-    if (!w || !x)
+    if (!w || !x) {
+        fprintf(stderr, "q4arith: out of memory for a %d x %d matrix\n", rows, cols);
         return 1;
+    }
     for (size_t i = 0; i < (size_t)rows * cols; i++)
         w[i] = (float)(0.02 * gauss());
     for (int c = 0; c < cols; c++)
@@ -79,6 +81,13 @@ int main(int argc, char **argv)
     float *xh = malloc((size_t)cols * sizeof *xh), *codeh = malloc(16 * sizeof *codeh);
     signed char *code8 = malloc(16), *xq = malloc((size_t)cols);
     float *xs = malloc((size_t)cols / 32 * sizeof *xs);
+    double *ex_y = malloc((size_t)rows * sizeof *ex_y), *pa_y = malloc((size_t)rows * sizeof *pa_y);
+    double *i8_y = malloc((size_t)rows * sizeof *i8_y), *c8_y = malloc((size_t)rows * sizeof *c8_y);
+    double *x8_y = malloc((size_t)rows * sizeof *x8_y), *d_y = malloc((size_t)rows * sizeof *d_y);
+    if (!xh || !codeh || !code8 || !xq || !xs || !ex_y || !pa_y || !i8_y || !c8_y || !x8_y || !d_y) {
+        fprintf(stderr, "q4arith: out of memory\n");
+        return 1;
+    }
     for (int c = 0; c < cols; c++)
         xh[c] = h(x[c] * scale);
     for (int i = 0; i < 16; i++) {
@@ -94,9 +103,6 @@ int main(int argc, char **argv)
         for (int c = 32 * b; c < 32 * b + 32; c++)
             xq[c] = (signed char)(m > 0.0f ? lrintf(x[c] / xs[b]) : 0);
     }
-    double *ex_y = malloc((size_t)rows * sizeof *ex_y), *pa_y = malloc((size_t)rows * sizeof *pa_y);
-    double *i8_y = malloc((size_t)rows * sizeof *i8_y), *c8_y = malloc((size_t)rows * sizeof *c8_y);
-    double *x8_y = malloc((size_t)rows * sizeof *x8_y), *d_y = malloc((size_t)rows * sizeof *d_y);
     for (int r = 0; r < rows; r++) {
         double se = 0.0, sc = 0.0, sx = 0.0; /* exact; int8 codes alone; int8 inputs alone */
         float sp = 0.0f, si = 0.0f;
