@@ -1,8 +1,4 @@
 /*
- * MEASUREMENT BUILD (leave-outs, wrong results): EXP_MAX bits 1: no out_max
- * atomic; 4: no rope; 16: no key loop; 32: no merge; 128: no scores; 256: no
- * softmax; 512: no value sums; 1024: no wait for the key copies.
- *
  * attention_decode.cu: attention of one new token against the KV cache
  * (decode), with the rope_qkv step folded in, flash-decoding style: one
  * query gives little parallelism, so the keys of each kv head are split
@@ -85,7 +81,7 @@ struct dec_smem {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, rope_qkv_args a, int window, int chunk, int xm)
+__global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, rope_qkv_args a, int window, int chunk)
 {
     constexpr int EL = 16 / sizeof(T); /* elements per granule */
     extern __shared__ uint4 sm[];
@@ -137,7 +133,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
      * group into qs; in the block whose share holds the new position, its k
      * and v into the cache (and into the first chunk, when it is there). */
     const bool has_new = lo <= pos && pos < end, new_in_first = has_new && pos < lo + chunk;
-    const int tasks = (xm & 4) ? 0 : lo < end ? G + (has_new ? 2 : 0) : 0;
+    const int tasks = lo < end ? G + (has_new ? 2 : 0) : 0;
     for (int t = warp; t < tasks; t += warps) {
         if (t < G) {
             const size_t h = (size_t)(kvh * G + t) * hd;
@@ -165,20 +161,19 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     const float scale = rsqrtf((float)hd);
     /* Value sums: thread (slice, head, granule); a slice takes every S-th key. */
     const int pairs = G * hb, S = pairs >= DEC_THREADS ? 1 : DEC_THREADS / pairs;
-    if (xm & 16) cp_async_wait<0>();
-    for (int c0 = lo, b = 0; !(xm & 16) && c0 < end; c0 += chunk, b ^= 1) {
+    for (int c0 = lo, b = 0; c0 < end; c0 += chunk, b ^= 1) {
         const int nk = min(chunk, end - c0);
         const uint4 *kb = kbuf + (size_t)b * chunk * hb, *vb = vbuf + (size_t)b * chunk * hb;
         if (c0 + chunk < end) { /* the next chunk streams in while this one is used */
             load_chunk(c0 + chunk, b ^ 1);
             cp_async_wait<1>();
-        } else if (!(xm & 1024)) {
+        } else {
             cp_async_wait<0>();
         }
-        if (!(xm & 1024)) __syncthreads();
+        __syncthreads();
 
         /* Scores: a thread per (head, key), a granule at a time; q is a broadcast. */
-        for (int i = tid; !(xm & 128) && i < G * nk; i += DEC_THREADS) {
+        for (int i = tid; i < G * nk; i += DEC_THREADS) {
             const int g = i / nk, k = i - g * nk;
             const uint4 *kr = kb + (size_t)k * hb;
             const float4 *q = reinterpret_cast<const float4 *>(qs + g * hd);
@@ -199,12 +194,12 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         __syncthreads();
 
         /* Online softmax: a warp per head turns scores into weights. */
-        for (int g = warp; !(xm & 256) && g < G; g += warps)
+        for (int g = warp; g < G; g += warps)
             warp_softmax_step(sc + g * chunk, nk, ms, ls, cr, g);
         __syncthreads();
 
         /* Weighted values by key slices, then the slices summed into os. */
-        for (int t = tid; !(xm & 512) && t < S * pairs; t += DEC_THREADS) {
+        for (int t = tid; t < S * pairs; t += DEC_THREADS) {
             const int s = t / pairs, r = t - s * pairs, g = r / hb, c = r - g * hb;
             const float *p = sc + g * chunk;
             float acc[EL];
@@ -229,7 +224,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
                     dst[e] = acc[e];
             }
         }
-        if (S > 1 && !(xm & 512)) {
+        if (S > 1) {
             __syncthreads();
             for (int o = tid; o < G * hd; o += DEC_THREADS) {
                 float v = os[o] * cr[o / hd];
@@ -245,12 +240,6 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
      * (a lane per block) and leaves the blocks' weights in wt; then block
      * `split` finishes every splits-th output of this kv head, its loads
      * from the others' accumulators all in flight. */
-    if (xm & 32) {
-        __syncthreads();
-        for (int o = split * DEC_THREADS + tid; o < G * hd; o += splits * DEC_THREADS)
-            out[(size_t)kvh * G * hd + o] = os[o];
-        return;
-    }
     cluster.sync();
     for (int g = warp; g < G; g += warps) {
         const float m_s = lane < splits ? cluster.map_shared_rank(ms, lane)[g] : -INFINITY;
@@ -277,7 +266,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         out[(size_t)kvh * G * hd + o] = num;
         omx = fmaxf(omx, fabsf(num));
     }
-    if (a.out_max && !(xm & 1)) { /* the output projection stages its input knowing this */
+    if (a.out_max) { /* the output projection stages its input knowing this */
         omx = warp_max(omx);
         if (lane == 0 && omx > 0.0f)
             atomicMax(a.out_max, __float_as_uint(omx));
@@ -325,7 +314,7 @@ static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int win
             cfg.gridDim.x = attr[0].val.clusterDim.x = 8;
         }
     }
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, out, *a, window, (int)chunk, exp_max());
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, out, *a, window, (int)chunk);
     if (e != cudaSuccess)
         return launch_fail(c, "attention_decode: %s", cudaGetErrorString(e));
     return launch_check(c, "attention_decode");

@@ -139,16 +139,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
                  : "memory");
 }
 
-static inline int exp_max(void)
-{
-    static int m = -1;
-    if (m < 0) {
-        const char *e = getenv("EXP_MAX");
-        m = e ? atoi(e) : 0;
-    }
-    return m;
-}
-
 template <typename... P, typename... A>
 static cudaError_t launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A... args)
 {

@@ -457,7 +457,7 @@ template <k_dtype Q> struct chunk_q1 : x_f32 {
  * never waits on memory with nothing in flight.
  */
 template <typename C, int IN, bool GLU>
-__global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a, int xm)
+__global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
     extern __shared__ float4 smem[];
     typedef typename C::X X;
@@ -585,7 +585,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a, int xm)
         group = ng;
         step = ns;
     }
-    if (a.y_max && lane == 0 && !(xm & 2)) { /* the block's last warp posts the block's maximum (no barrier) */
+    if (a.y_max && lane == 0) { /* the block's last warp posts the block's maximum (no barrier) */
         atomicMax(&blk_max, __float_as_uint(ymx));
         __threadfence_block();
         if (atomicAdd(&blk_done, 1u) == (unsigned)(warps_per_block - 1))
@@ -613,7 +613,7 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     long blocks = (long)c->n_sms * per_sm;
     if (blocks > needed)
         blocks = needed;
-    cudaError_t e = launch_pdl(kern, dim3((unsigned)blocks), dim3(GEMV_THREADS), smem, c->stream, *a, exp_max());
+    cudaError_t e = launch_pdl(kern, dim3((unsigned)blocks), dim3(GEMV_THREADS), smem, c->stream, *a);
     if (e != cudaSuccess)
         return launch_fail(c, "gemv: %s", cudaGetErrorString(e));
     return launch_check(c, "gemv");
