@@ -130,6 +130,15 @@ __device__ __forceinline__ float nested_absmax_of(float code, float2 s) { return
 /* A shared-memory address as the 32-bit operand of PTX's shared-state instructions. */
 __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
+/* An mbarrier expecting `count` arrivals; an arrival that also expects `bytes` of transactions. */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
 /* Wait until the mbarrier at `bar` completes the phase of the given parity (0 or 1). */
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
 {
