@@ -118,27 +118,17 @@ template <typename T> __device__ __forceinline__ void granule_f32(const uint4 g,
 }
 
 /*
- * The keys' work units: a warp each, (head, part of the chunk's keys).
- * With fewer heads than warps, each head's keys are split into warps / G
- * parts; with more, a warp takes several heads.
- */
-__host__ __device__ __forceinline__ int dec_units(int g)
-{
-    return g >= DEC_THREADS / 32 ? g : DEC_THREADS / 32 / g * g;
-}
-
-/*
  * Shared memory, in order (16-byte aligned first): two buffers of K and V
  * chunks [chunk][hb] granules, the new k and v rows [2][hb]; then fp32: the
  * merge's buffer (dec_merge), per q head of the group q [G][hd] and the
- * output accumulator [G][hd], each unit's accumulator [units][hd], scores
- * [G][chunk], the head's max and sum [G], each unit's max and sum [units].
+ * output accumulator [G][hd], the value sums of the key slices
+ * [DEC_THREADS * EL], scores [G][chunk], max, sum and correction [G].
  */
 struct dec_smem {
     static __host__ __device__ size_t fixed_bytes(int g, int hd, int es)
     {
-        const size_t u = (size_t)dec_units(g);
-        return (dec_merge::floats(g, hd) + (size_t)2 * g * hd + u * hd + 2 * g + 2 * u) * 4 + 2 * (size_t)hd * es;
+        return (dec_merge::floats(g, hd) + (size_t)2 * g * hd + 3 * g + DEC_THREADS * (16 / es)) * 4 +
+               2 * (size_t)hd * es;
     }
     static __host__ __device__ size_t key_bytes(int g, int hd, int es) { return (size_t)4 * hd * es + 4 * g; }
 };
@@ -155,9 +145,8 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
     uint4 *kbuf = sm, *vbuf = kbuf + (size_t)2 * chunk * hb, *nrow = vbuf + (size_t)2 * chunk * hb;
     float *recv = reinterpret_cast<float *>(nrow + 2 * hb), *qs = recv + dec_merge::floats(G, hd);
-    const int units = dec_units(G), J = units / G; /* J parts of each head's keys */
-    float *os = qs + G * hd, *uacc = os + G * hd, *sc = uacc + (size_t)units * hd, *ms = sc + G * chunk, *ls = ms + G;
-    float *um = ls + G, *ul = um + units;
+    float *os = qs + G * hd, *red = os + G * hd, *sc = red + DEC_THREADS * EL, *ms = sc + G * chunk, *ls = ms + G,
+          *cr = ls + G;
     __shared__ uint64_t merged; /* the merge's bytes for this block have arrived */
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
 
@@ -186,11 +175,11 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     };
     if (lo < end)
         load_chunk(lo, 0);
-    for (int i = tid; i < units * hd; i += DEC_THREADS)
-        uacc[i] = 0.0f;
-    for (int u = tid; u < units; u += DEC_THREADS) {
-        um[u] = -INFINITY;
-        ul[u] = 0.0f;
+    for (int i = tid; i < G * hd; i += DEC_THREADS)
+        os[i] = 0.0f;
+    for (int g = tid; g < G; g += DEC_THREADS) {
+        ms[g] = -INFINITY;
+        ls[g] = 0.0f;
     }
     const dec_merge mg(G, hd, splits);
     const int n_out = G * hd, my0 = split * mg.per, my_n = max(0, min(mg.per, n_out - my0));
@@ -233,16 +222,10 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     __syncthreads(); /* the new rows are in the cache before a later chunk reads them */
 
     const float scale = rsqrtf((float)hd);
-    /* The value sums' lanes: S slices of the keys (a power of two), PW =
-     * 32 / S lanes a slice, a granule each (more granules than lanes: a
-     * loop); the slices are summed with shuffles. A warp's reads then touch
-     * S rows of up to PW granules each, on distinct swizzled banks. */
-    int S = 1;
-    while (S * 2 * hb <= 32)
-        S *= 2;
-    const int PW = 32 / S, sl = lane / PW, cl = lane % PW;
+    /* Value sums: thread (slice, head, granule); a slice takes every S-th key. */
+    const int pairs = G * hb, S = pairs >= DEC_THREADS ? 1 : DEC_THREADS / pairs;
     for (int c0 = lo, b = 0; c0 < end; c0 += chunk, b ^= 1) {
-        const int nk = min(chunk, end - c0), part = (nk + J - 1) / J;
+        const int nk = min(chunk, end - c0);
         const uint4 *kb = kbuf + (size_t)b * chunk * hb, *vb = vbuf + (size_t)b * chunk * hb;
         if (c0 + chunk < end) { /* the next chunk streams in while this one is used */
             load_chunk(c0 + chunk, b ^ 1);
@@ -252,97 +235,69 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         }
         __syncthreads();
 
-        /* Each unit in one warp, no block barrier: scores (a lane per key,
-         * a granule at a time, q a broadcast), the online softmax of its
-         * keys (shuffles), then its weighted values into its accumulator. */
-        for (int u = warp; u < units; u += warps) {
-            const int g = u / J, k0 = (u - g * J) * part, k1 = min(nk, k0 + part);
-            if (k0 >= k1)
-                continue; /* the warp's choice */
-            float *p = sc + g * chunk;
+        /* Scores: a thread per (head, key), a granule at a time; q is a broadcast. */
+        for (int i = tid; i < G * nk; i += DEC_THREADS) {
+            const int g = i / nk, k = i - g * nk;
+            const uint4 *kr = kb + (size_t)k * hb;
             const float4 *q = reinterpret_cast<const float4 *>(qs + g * hd);
-            float mx = -INFINITY;
-            for (int k = k0 + lane; k < k1; k += 32) {
-                const uint4 *kr = kb + (size_t)k * hb;
-                float d0 = 0.0f, d1 = 0.0f;
+            float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll 4
-                for (int c = 0; c < hb; c++) {
-                    float f[EL];
-                    granule_f32<T>(kr[c ^ (k & swz)], f);
+            for (int c = 0; c < hb; c++) {
+                float f[EL];
+                granule_f32<T>(kr[c ^ (k & swz)], f);
 #pragma unroll
-                    for (int e = 0; e < EL; e += 4) {
-                        const float4 qv = q[(c * EL + e) / 4];
-                        d0 += f[e] * qv.x + f[e + 1] * qv.y;
-                        d1 += f[e + 2] * qv.z + f[e + 3] * qv.w;
-                    }
+                for (int e = 0; e < EL; e += 4) {
+                    const float4 qv = q[(c * EL + e) / 4];
+                    d0 += f[e] * qv.x + f[e + 1] * qv.y;
+                    d1 += f[e + 2] * qv.z + f[e + 3] * qv.w;
                 }
-                p[k] = (d0 + d1) * scale;
-                mx = fmaxf(mx, p[k]);
             }
-            const float m_old = um[u], m_new = fmaxf(m_old, warp_max(mx));
-            float sum = 0.0f;
-            for (int k = k0 + lane; k < k1; k += 32) {
-                p[k] = expf(p[k] - m_new);
-                sum += p[k];
-            }
-            sum = warp_sum(sum);
-            const float corr = expf(m_old - m_new); /* 0 on the first keys (-inf) */
-            __syncwarp();                            /* every lane's weights are visible */
-            for (int g0 = 0; g0 < hb; g0 += PW) {    /* one round unless more granules than lanes */
-                const int c = g0 + cl;
-                float acc[EL];
+            sc[g * chunk + k] = (d0 + d1) * scale;
+        }
+        __syncthreads();
+
+        /* Online softmax: a warp per head turns scores into weights. */
+        for (int g = warp; g < G; g += warps)
+            warp_softmax_step(sc + g * chunk, nk, ms, ls, cr, g);
+        __syncthreads();
+
+        /* Weighted values by key slices, then the slices summed into os. */
+        for (int t = tid; t < S * pairs; t += DEC_THREADS) {
+            const int s = t / pairs, r = t - s * pairs, g = r / hb, c = r - g * hb;
+            const float *p = sc + g * chunk;
+            float acc[EL];
+#pragma unroll
+            for (int e = 0; e < EL; e++)
+                acc[e] = 0.0f;
+#pragma unroll 2
+            for (int k = s; k < nk; k += S) {
+                float f[EL];
+                granule_f32<T>(vb[(size_t)k * hb + (c ^ (k & swz))], f);
+                const float pk = p[k];
 #pragma unroll
                 for (int e = 0; e < EL; e++)
-                    acc[e] = 0.0f;
-#pragma unroll 2
-                for (int k = k0 + sl; c < hb && k < k1; k += S) {
-                    float f[EL];
-                    granule_f32<T>(vb[(size_t)k * hb + (c ^ (k & swz))], f);
-                    const float pk = p[k];
-#pragma unroll
-                    for (int e = 0; e < EL; e++)
-                        acc[e] += pk * f[e];
-                }
-                for (int off = PW; off < 32; off <<= 1)
-#pragma unroll
-                    for (int e = 0; e < EL; e++)
-                        acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], off);
-                if (c < hb && sl == 0) {
-                    float *dst = uacc + (size_t)u * hd + c * EL;
-#pragma unroll
-                    for (int e = 0; e < EL; e++)
-                        dst[e] = dst[e] * corr + acc[e];
-                }
+                    acc[e] += pk * f[e];
             }
-            if (lane == 0) {
-                um[u] = m_new;
-                ul[u] = ul[u] * corr + sum;
+            float *dst = S == 1 ? NULL : red + ((size_t)s * pairs + r) * EL;
+#pragma unroll
+            for (int e = 0; e < EL; e++) {
+                if (S == 1)
+                    os[g * hd + c * EL + e] = os[g * hd + c * EL + e] * cr[g] + acc[e];
+                else
+                    dst[e] = acc[e];
             }
         }
-        __syncthreads(); /* before the buffer is refilled and sc is overwritten */
-    }
-
-    /* Each head's parts into its accumulator, max and sum (a part with no
-     * keys has max -inf: weight 0; a block with no keys sends max -inf). */
-    for (int o = tid; o < G * hd; o += DEC_THREADS) {
-        const int g = o / hd, d = o - g * hd;
-        float mx = -INFINITY;
-        for (int j = 0; j < J; j++)
-            mx = fmaxf(mx, um[g * J + j]);
-        float v = 0.0f, l = 0.0f;
-        for (int j = 0; j < J; j++) {
-            const int u = g * J + j;
-            const float w = um[u] == -INFINITY ? 0.0f : expf(um[u] - mx);
-            v += w * uacc[(size_t)u * hd + d];
-            l += w * ul[u];
+        if (S > 1) {
+            __syncthreads();
+            for (int o = tid; o < G * hd; o += DEC_THREADS) {
+                float v = os[o] * cr[o / hd];
+                for (int s = 0; s < S; s++)
+                    v += red[(size_t)s * G * hd + o]; /* [s][g][c][e] is [s][o] */
+                os[o] = v;
+            }
         }
-        os[o] = v;
-        if (d == 0) {
-            ms[g] = mx;
-            ls[g] = l;
-        }
+        __syncthreads(); /* before the buffer is refilled and sc, red are overwritten */
     }
-    __syncthreads();
 
     /* Push this block's share to every owner: its accumulator's slice in
      * 16-byte pieces, and its (max, sum) for every head. */
