@@ -121,14 +121,13 @@ template <typename T> __device__ __forceinline__ void granule_f32(const uint4 g,
  * Shared memory, in order (16-byte aligned first): two buffers of K and V
  * chunks [chunk][hb] granules, the new k and v rows [2][hb]; then fp32: the
  * merge's buffer (dec_merge), per q head of the group q [G][hd] and the
- * output accumulator [G][hd], the value sums of the key slices
- * [DEC_THREADS * EL], scores [G][chunk], max, sum and correction [G].
+ * output accumulator [G][hd], scores [G][chunk], max, sum and correction
+ * [G].
  */
 struct dec_smem {
     static __host__ __device__ size_t fixed_bytes(int g, int hd, int es)
     {
-        return (dec_merge::floats(g, hd) + (size_t)2 * g * hd + 3 * g + DEC_THREADS * (16 / es)) * 4 +
-               2 * (size_t)hd * es;
+        return (dec_merge::floats(g, hd) + (size_t)2 * g * hd + 3 * g) * 4 + 2 * (size_t)hd * es;
     }
     static __host__ __device__ size_t key_bytes(int g, int hd, int es) { return (size_t)4 * hd * es + 4 * g; }
 };
@@ -145,8 +144,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
     uint4 *kbuf = sm, *vbuf = kbuf + (size_t)2 * chunk * hb, *nrow = vbuf + (size_t)2 * chunk * hb;
     float *recv = reinterpret_cast<float *>(nrow + 2 * hb), *qs = recv + dec_merge::floats(G, hd);
-    float *os = qs + G * hd, *red = os + G * hd, *sc = red + DEC_THREADS * EL, *ms = sc + G * chunk, *ls = ms + G,
-          *cr = ls + G;
+    float *os = qs + G * hd, *sc = os + G * hd, *ms = sc + G * chunk, *ls = ms + G, *cr = ls + G;
     __shared__ uint64_t merged; /* the merge's bytes for this block have arrived */
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
 
@@ -222,8 +220,15 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     __syncthreads(); /* the new rows are in the cache before a later chunk reads them */
 
     const float scale = rsqrtf((float)hd);
-    /* Value sums: thread (slice, head, granule); a slice takes every S-th key. */
-    const int pairs = G * hb, S = pairs >= DEC_THREADS ? 1 : DEC_THREADS / pairs;
+    /* Value sums: a warp takes PW = 32 / S (head, granule) pairs, each in S
+     * key slices (lane = slice x PW + pair; a slice takes every S-th key),
+     * and sums the slices with shuffles: no block barrier, no buffer. A
+     * warp's reads touch S rows of PW granules: distinct swizzled banks. */
+    const int pairs = G * hb;
+    int S = 1;
+    while (S < 32 && pairs * S * 2 <= DEC_THREADS)
+        S *= 2;
+    const int PW = 32 / S, vthreads = (pairs + PW - 1) / PW * 32; /* whole warps */
     for (int c0 = lo, b = 0; c0 < end; c0 += chunk, b ^= 1) {
         const int nk = min(chunk, end - c0);
         const uint4 *kb = kbuf + (size_t)b * chunk * hb, *vb = vbuf + (size_t)b * chunk * hb;
@@ -261,16 +266,18 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
             warp_softmax_step(sc + g * chunk, nk, ms, ls, cr, g);
         __syncthreads();
 
-        /* Weighted values by key slices, then the slices summed into os. */
-        for (int t = tid; t < S * pairs; t += DEC_THREADS) {
-            const int s = t / pairs, r = t - s * pairs, g = r / hb, c = r - g * hb;
+        /* Weighted values by key slices, the slices summed into os. */
+        for (int t = tid; t < vthreads; t += DEC_THREADS) {
+            const int sl = lane / PW, r = (t >> 5) * PW + lane % PW;
+            const bool live = r < pairs;
+            const int g = live ? r / hb : 0, c = live ? r - g * hb : 0;
             const float *p = sc + g * chunk;
             float acc[EL];
 #pragma unroll
             for (int e = 0; e < EL; e++)
                 acc[e] = 0.0f;
 #pragma unroll 2
-            for (int k = s; k < nk; k += S) {
+            for (int k = sl; live && k < nk; k += S) {
                 float f[EL];
                 granule_f32<T>(vb[(size_t)k * hb + (c ^ (k & swz))], f);
                 const float pk = p[k];
@@ -278,25 +285,16 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
                 for (int e = 0; e < EL; e++)
                     acc[e] += pk * f[e];
             }
-            float *dst = S == 1 ? NULL : red + ((size_t)s * pairs + r) * EL;
+            for (int off = PW; off < 32; off <<= 1)
 #pragma unroll
-            for (int e = 0; e < EL; e++) {
-                if (S == 1)
+                for (int e = 0; e < EL; e++)
+                    acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], off);
+            if (live && sl == 0)
+#pragma unroll
+                for (int e = 0; e < EL; e++)
                     os[g * hd + c * EL + e] = os[g * hd + c * EL + e] * cr[g] + acc[e];
-                else
-                    dst[e] = acc[e];
-            }
         }
-        if (S > 1) {
-            __syncthreads();
-            for (int o = tid; o < G * hd; o += DEC_THREADS) {
-                float v = os[o] * cr[o / hd];
-                for (int s = 0; s < S; s++)
-                    v += red[(size_t)s * G * hd + o]; /* [s][g][c][e] is [s][o] */
-                os[o] = v;
-            }
-        }
-        __syncthreads(); /* before the buffer is refilled and sc, red are overwritten */
+        __syncthreads(); /* before the buffer is refilled and sc is overwritten */
     }
 
     /* Push this block's share to every owner: its accumulator's slice in
