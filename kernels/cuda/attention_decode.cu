@@ -46,7 +46,6 @@ namespace cg = cooperative_groups;
 #define DEC_MAX_SPLITS 16 /* blocks in a cluster; above 8 needs non-portable cluster sizes */
 #define DEC_CHUNK_MAX 128 /* keys staged in shared memory at a time */
 #define DEC_SMEM_TARGET (96 * 1024)
-#define DEC_GROUPS (DEC_CHUNK_MAX / 32) /* groups of 32 keys a chunk */
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
 {
@@ -128,14 +127,13 @@ template <typename T> __device__ __forceinline__ void granule_f32(const uint4 g,
 struct dec_smem {
     static __host__ __device__ size_t fixed_bytes(int g, int hd, int es)
     {
-        return (dec_merge::floats(g, hd) + (size_t)2 * g * hd + (4 + 2 * DEC_GROUPS) * (size_t)g) * 4 +
-               2 * (size_t)hd * es;
+        return (dec_merge::floats(g, hd) + (size_t)2 * g * hd + 3 * g) * 4 + 2 * (size_t)hd * es;
     }
     static __host__ __device__ size_t key_bytes(int g, int hd, int es) { return (size_t)4 * hd * es + 4 * g; }
 };
 
 template <typename T>
-__global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out, rope_qkv_args a, int window, int chunk)
+__global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, rope_qkv_args a, int window, int chunk)
 {
     constexpr int EL = 16 / sizeof(T); /* elements per granule */
     extern __shared__ uint4 sm[];
@@ -146,8 +144,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
     const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
     uint4 *kbuf = sm, *vbuf = kbuf + (size_t)2 * chunk * hb, *nrow = vbuf + (size_t)2 * chunk * hb;
     float *recv = reinterpret_cast<float *>(nrow + 2 * hb), *qs = recv + dec_merge::floats(G, hd);
-    float *os = qs + G * hd, *sc = os + G * hd, *ms = sc + G * chunk, *ls = ms + 2 * G, *um = ls + 2 * G,
-          *ul = um + G * DEC_GROUPS;
+    float *os = qs + G * hd, *sc = os + G * hd, *ms = sc + G * chunk, *ls = ms + G, *cr = ls + G;
     __shared__ uint64_t merged; /* the merge's bytes for this block have arrived */
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
 
@@ -232,7 +229,6 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
     while (S < 32 && pairs * S * 2 <= DEC_THREADS)
         S *= 2;
     const int PW = 32 / S, vthreads = (pairs + PW - 1) / PW * 32; /* whole warps */
-    int sb = 0; /* which half of ms, ls holds the running max and sum */
     for (int c0 = lo, b = 0; c0 < end; c0 += chunk, b ^= 1) {
         const int nk = min(chunk, end - c0);
         const uint4 *kb = kbuf + (size_t)b * chunk * hb, *vb = vbuf + (size_t)b * chunk * hb;
@@ -244,92 +240,60 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
         }
         __syncthreads();
 
-        /* Scores and their softmax: a warp per (head, group of 32 keys), a
-         * lane per key, a granule at a time (q is a broadcast). The group's
-         * max and sum go to um, ul; each key's exp(score - group max) to sc.
-         * The groups are put together where the values are summed. */
-        const int ngr = (nk + 31) >> 5;
-        for (int u = warp; u < G * ngr; u += warps) {
-            const int g = u / ngr, grp = u - g * ngr, k = grp * 32 + lane;
-            float s = -INFINITY;
-            if (k < nk) {
-                const uint4 *kr = kb + (size_t)k * hb;
-                const float4 *q = reinterpret_cast<const float4 *>(qs + g * hd);
-                float d0 = 0.0f, d1 = 0.0f;
+        /* Scores: a thread per (head, key), a granule at a time; q is a broadcast. */
+        for (int i = tid; i < G * nk; i += DEC_THREADS) {
+            const int g = i / nk, k = i - g * nk;
+            const uint4 *kr = kb + (size_t)k * hb;
+            const float4 *q = reinterpret_cast<const float4 *>(qs + g * hd);
+            float d0 = 0.0f, d1 = 0.0f;
 #pragma unroll 4
-                for (int c = 0; c < hb; c++) {
-                    float f[EL];
-                    granule_f32<T>(kr[c ^ (k & swz)], f);
+            for (int c = 0; c < hb; c++) {
+                float f[EL];
+                granule_f32<T>(kr[c ^ (k & swz)], f);
 #pragma unroll
-                    for (int e = 0; e < EL; e += 4) {
-                        const float4 qv = q[(c * EL + e) / 4];
-                        d0 += f[e] * qv.x + f[e + 1] * qv.y;
-                        d1 += f[e + 2] * qv.z + f[e + 3] * qv.w;
-                    }
+                for (int e = 0; e < EL; e += 4) {
+                    const float4 qv = q[(c * EL + e) / 4];
+                    d0 += f[e] * qv.x + f[e + 1] * qv.y;
+                    d1 += f[e + 2] * qv.z + f[e + 3] * qv.w;
                 }
-                s = (d0 + d1) * scale;
             }
-            const float m = warp_max(s); /* finite: the group's first key is there */
-            const float p = k < nk ? expf(s - m) : 0.0f;
-            const float l = warp_sum(p);
-            if (k < nk)
-                sc[g * chunk + k] = p;
-            if (lane == 0) {
-                um[g * DEC_GROUPS + grp] = m;
-                ul[g * DEC_GROUPS + grp] = l;
-            }
+            sc[g * chunk + k] = (d0 + d1) * scale;
         }
         __syncthreads();
 
-        /* Weighted values by key slices, the slices summed into os. Each
-         * thread works out its head's new max and sum from the groups' (a
-         * group's weights are scaled by exp(its max - the new max)); the
-         * running (max, sum) pairs alternate between two buffers, so the
-         * thread that writes the new ones races no reader of the old. */
-        const float *m_run = ms + sb * G, *l_run = ls + sb * G;
+        /* Online softmax: a warp per head turns scores into weights. */
+        for (int g = warp; g < G; g += warps)
+            warp_softmax_step(sc + g * chunk, nk, ms, ls, cr, g);
+        __syncthreads();
+
+        /* Weighted values by key slices, the slices summed into os. */
         for (int t = tid; t < vthreads; t += DEC_THREADS) {
             const int sl = lane / PW, r = (t >> 5) * PW + lane % PW;
             const bool live = r < pairs;
             const int g = live ? r / hb : 0, c = live ? r - g * hb : 0;
-            const float *p = sc + g * chunk, *gm = um + g * DEC_GROUPS, *gl = ul + g * DEC_GROUPS;
-            const float m_old = m_run[g];
-            float m_new = m_old;
-            for (int j = 0; j < ngr; j++)
-                m_new = fmaxf(m_new, gm[j]);
-            float acc[EL], lsum = 0.0f;
+            const float *p = sc + g * chunk;
+            float acc[EL];
 #pragma unroll
             for (int e = 0; e < EL; e++)
                 acc[e] = 0.0f;
-            for (int j = 0; j < ngr; j++) {
-                const float fj = expf(gm[j] - m_new);
-                lsum += fj * gl[j];
-                const int kend = min(nk, j * 32 + 32);
 #pragma unroll 2
-                for (int k = j * 32 + sl; live && k < kend; k += S) {
-                    float f[EL];
-                    granule_f32<T>(vb[(size_t)k * hb + (c ^ (k & swz))], f);
-                    const float pk = p[k] * fj;
+            for (int k = sl; live && k < nk; k += S) {
+                float f[EL];
+                granule_f32<T>(vb[(size_t)k * hb + (c ^ (k & swz))], f);
+                const float pk = p[k];
 #pragma unroll
-                    for (int e = 0; e < EL; e++)
-                        acc[e] += pk * f[e];
-                }
+                for (int e = 0; e < EL; e++)
+                    acc[e] += pk * f[e];
             }
             for (int off = PW; off < 32; off <<= 1)
 #pragma unroll
                 for (int e = 0; e < EL; e++)
                     acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], off);
-            const float cr = expf(m_old - m_new); /* 0 at the first chunk (m_old -inf) */
-            if (live && sl == 0) {
+            if (live && sl == 0)
 #pragma unroll
                 for (int e = 0; e < EL; e++)
-                    os[g * hd + c * EL + e] = os[g * hd + c * EL + e] * cr + acc[e];
-                if (c == 0) {
-                    ms[(sb ^ 1) * G + g] = m_new;
-                    ls[(sb ^ 1) * G + g] = l_run[g] * cr + lsum;
-                }
-            }
+                    os[g * hd + c * EL + e] = os[g * hd + c * EL + e] * cr[g] + acc[e];
         }
-        sb ^= 1;
         __syncthreads(); /* before the buffer is refilled and sc is overwritten */
     }
 
@@ -347,7 +311,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
                 push4(cluster_addr(smem_addr(row + 4 * i), r), *reinterpret_cast<const float4 *>(os + o), bar);
         } else {
             const int g = i - quads;
-            push2(cluster_addr(smem_addr(row + mg.per + 2 * g), r), ms[sb * G + g], ls[sb * G + g], bar);
+            push2(cluster_addr(smem_addr(row + mg.per + 2 * g), r), ms[g], ls[g], bar);
         }
     }
 
