@@ -318,33 +318,31 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     /* Merge this block's outputs once every split's share has arrived: a
      * warp per head of the slice turns the splits' (max, sum) into weights
      * (a lane per split; a split with no keys sent max -inf: weight 0),
-     * then sums the splits' slices for that head's outputs, a lane per
-     * output, the weights passed by shuffles: no block barrier. */
+     * then a thread per output sums the splits' slices. The weights go
+     * where the scores were (G x chunk floats, chunk >= DEC_MAX_SPLITS). */
     mbar_wait(&merged, 0);
+    float *wt = sc;
     const int g0 = my0 / hd, ng = my_n > 0 ? (my0 + my_n - 1) / hd - g0 + 1 : 0;
-    float omx = 0.0f; /* for out_max */
     for (int j = warp; j < ng; j += warps) {
         const float *pair = recv + (size_t)lane * mg.stride + mg.per + 2 * (g0 + j);
         const float m_s = lane < splits ? pair[0] : -INFINITY, l_s = lane < splits ? pair[1] : 0.0f;
         const float mx = warp_max(m_s);
         const float w = m_s == -INFINITY ? 0.0f : expf(m_s - mx);
-        const float wn = w / warp_sum(w * l_s);
-        const int t0 = max(my0, (g0 + j) * hd) - my0, t1 = min(my0 + my_n, (g0 + j + 1) * hd) - my0;
-        for (int tb = t0; tb < t1; tb += 32) {
-            const int t = tb + lane;
-            float num = 0.0f;
+        const float den = warp_sum(w * l_s);
+        if (lane < splits)
+            wt[j * DEC_MAX_SPLITS + lane] = w / den;
+    }
+    __syncthreads();
+    float omx = 0.0f; /* for out_max */
+    for (int t = tid; t < my_n; t += DEC_THREADS) {
+        const float *w = wt + ((my0 + t) / hd - g0) * DEC_MAX_SPLITS;
+        float num = 0.0f;
 #pragma unroll
-            for (int s = 0; s < DEC_MAX_SPLITS; s++)
-                if (s < splits) {
-                    const float ws = __shfl_sync(0xffffffffu, wn, s);
-                    if (t < t1)
-                        num += ws * recv[(size_t)s * mg.stride + t];
-                }
-            if (t < t1) {
-                out[(size_t)kvh * n_out + my0 + t] = num;
-                omx = fmaxf(omx, fabsf(num));
-            }
-        }
+        for (int s = 0; s < DEC_MAX_SPLITS; s++)
+            if (s < splits)
+                num += w[s] * recv[(size_t)s * mg.stride + t];
+        out[(size_t)kvh * n_out + my0 + t] = num;
+        omx = fmaxf(omx, fabsf(num));
     }
     if (a.out_max) { /* the output projection stages its input knowing this */
         omx = warp_max(omx);
