@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     const int n_out = G * hd, my0 = split * mg.per, my_n = max(0, min(mg.per, n_out - my0));
     if (tid == 0) { /* each block sends an owner its slice and its (max, sum) pairs; past the last owner, nothing */
         mbar_init(&merged, 1);
-        mbar_expect(&merged, my_n > 0 ? (unsigned)(splits * (my_n * 4 + G * 8)) : 0u);
+        mbar_expect(&merged, splits > 1 && my_n > 0 ? (unsigned)(splits * (my_n * 4 + G * 8)) : 0u);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); /* waited on before the first push */
@@ -298,7 +298,11 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     }
 
     /* Push this block's share to every owner: its accumulator's slice in
-     * 16-byte pieces, and its (max, sum) for every head. */
+     * 16-byte pieces, and its (max, sum) for every head. st.async needs a
+     * cluster of two blocks or more (compute-sanitizer reports a store in
+     * a cluster of one as invalid), so a lone block stores to its own
+     * shared memory and passes a block barrier instead of the mbarrier. */
+    const bool alone = splits == 1;
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); /* every block's mbarrier is set up */
     const int owners = (n_out + mg.per - 1) / mg.per, quads = mg.per / 4, items = quads + G;
     for (int t = tid; t < owners * items; t += DEC_THREADS) {
@@ -307,13 +311,25 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         float *row = recv + (size_t)split * mg.stride;
         if (i < quads) {
             const int o = r * mg.per + 4 * i;
-            if (o < n_out)
-                push4(cluster_addr(smem_addr(row + 4 * i), r), *reinterpret_cast<const float4 *>(os + o), bar);
+            if (o < n_out) {
+                const float4 v = *reinterpret_cast<const float4 *>(os + o);
+                if (alone)
+                    *reinterpret_cast<float4 *>(row + 4 * i) = v;
+                else
+                    push4(cluster_addr(smem_addr(row + 4 * i), r), v, bar);
+            }
         } else {
             const int g = i - quads;
-            push2(cluster_addr(smem_addr(row + mg.per + 2 * g), r), ms[g], ls[g], bar);
+            if (alone) {
+                row[mg.per + 2 * g] = ms[g];
+                row[mg.per + 2 * g + 1] = ls[g];
+            } else {
+                push2(cluster_addr(smem_addr(row + mg.per + 2 * g), r), ms[g], ls[g], bar);
+            }
         }
     }
+    if (alone)
+        __syncthreads();
 
     /* Merge this block's outputs once every split's share has arrived: a
      * warp per head of the slice turns the splits' (max, sum) into weights
