@@ -183,7 +183,6 @@ typedef struct gemv_args {
     const unsigned *x_max;
     unsigned *y_max;
     const float *y_max_norm;
-    int max_per_sm; /* experiment: at most this many blocks a multiprocessor (0: as many as fit) */
 } gemv_args;
 /* Whether a's nested absmax fields are all there (am_shift in range). */
 static inline bool gemv_nested_ok(const gemv_args *a)

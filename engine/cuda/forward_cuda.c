@@ -206,17 +206,6 @@ engine_status cuda_decode_prepare(cuda_session *cs, const engine_session *s, err
     return ENGINE_OK;
 }
 
-/* Experiment: ENGINE_EXP_CAP="q2o2..." caps a decode product's blocks a
- * multiprocessor (q: q/k/v, o, g: gate/up, d: down). */
-static int exp_cap(char op)
-{
-    const char *e = getenv("ENGINE_EXP_CAP");
-    for (; e && *e; e++)
-        if (*e == op && e[1] >= '1' && e[1] <= '9')
-            return e[1] - '0';
-    return 0;
-}
-
 /* One token: every launch here is captured into the decode graph. */
 static int decode_launches(cuda_session *cs, const engine_session *s)
 {
@@ -256,7 +245,6 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
         }
         gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = GEMV_IN_RMSNORM, .x = cs->x,
                          .norm = D->attn_norm, .eps = eps, .x_max = max_slot(cs, l, 0, &D->wqkv)};
-        qkv.max_per_sm = exp_cap('q');
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
         ra.out_max = max_slot(cs, l, 1, &D->wo);
@@ -264,19 +252,16 @@ static int decode_launches(cuda_session *cs, const engine_session *s)
         gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
                        .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),
                        .y_max_norm = D->ffn_norm};
-        o.max_per_sm = exp_cap('o');
         set_mat(&o, &D->wo);
         TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
                         .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,
                         .y_max = max_slot(cs, l, 3, &D->w_down)};
-        gu.max_per_sm = exp_cap('g');
         set_mat(&gu, &D->w_gu);
         TRY(launch_gemv(lc, &gu));
         gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
                           .in = GEMV_IN_F32, .x = cs->gu, .x_max = gu.y_max, .y_max = max_slot(cs, l + 1, 0, reader),
                           .y_max_norm = next_norm};
-        down.max_per_sm = exp_cap('d');
         set_mat(&down, &D->w_down);
         TRY(launch_gemv(lc, &down));
         TRY(stream_after_layer(cs, l));

@@ -605,8 +605,6 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GEMV_THREADS, smem);
     if (per_sm < 1)
         return launch_fail(c, "gemv: %d columns do not fit one block's shared memory", a->cols);
-    if (a->max_per_sm > 0 && per_sm > a->max_per_sm)
-        per_sm = a->max_per_sm;
     /* Enough blocks to fill the chip, no more: each block pays for staging x.
      * One wave at most: blocks loop over row groups instead of queueing.
      * (Fewer blocks, so that every warp has the same number of row groups,
