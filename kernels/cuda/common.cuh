@@ -28,11 +28,18 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+/*
+ * The warp's maximum in one redux.sync (sm_80+) instead of five shuffle
+ * steps: the float's bits, with the magnitude bits of negatives flipped,
+ * order as signed integers the way the floats do (-0 below +0; no NaN
+ * expected here). Every lane of the warp must call it.
+ */
 __device__ __forceinline__ float warp_max(float v)
 {
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+    int b = __float_as_int(v);
+    b ^= (b >> 31) & 0x7fffffff;
+    b = __reduce_max_sync(0xffffffffu, b);
+    return __int_as_float(b ^ ((b >> 31) & 0x7fffffff));
 }
 
 /*
