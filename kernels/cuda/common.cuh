@@ -31,12 +31,13 @@ __device__ __forceinline__ float warp_sum(float v)
 /*
  * The warp's maximum in one redux.sync (sm_80+) instead of five shuffle
  * steps: the float's bits, with the magnitude bits of negatives flipped,
- * order as signed integers the way the floats do (-0 below +0; no NaN
- * expected here). Every lane of the warp must call it.
+ * order as signed integers the way the floats do (-0 below +0). A NaN
+ * counts as -inf, as fmaxf would skip it. Every lane of the warp must
+ * call it.
  */
 __device__ __forceinline__ float warp_max(float v)
 {
-    int b = __float_as_int(v);
+    int b = __float_as_int(v != v ? -INFINITY : v);
     b ^= (b >> 31) & 0x7fffffff;
     b = __reduce_max_sync(0xffffffffu, b);
     return __int_as_float(b ^ ((b >> 31) & 0x7fffffff));
