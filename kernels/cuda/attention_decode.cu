@@ -223,7 +223,9 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     /* Value sums: a warp takes PW = 32 / S (head, granule) pairs, each in S
      * key slices (lane = slice x PW + pair; a slice takes every S-th key),
      * and sums the slices with shuffles: no block barrier, no buffer. A
-     * warp's reads touch S rows of PW granules: distinct swizzled banks. */
+     * warp's reads touch S rows of PW granules: distinct swizzled banks.
+     * S is the most slices that fit the block's threads (H200: better
+     * than half or a quarter of that, or twice with two pairs a thread). */
     const int pairs = G * hb;
     int S = 1;
     while (S < 32 && pairs * S * 2 <= DEC_THREADS)
