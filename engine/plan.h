@@ -16,7 +16,7 @@
 #define PLAN_ALIGN 256                        /* ALIGN of model_cuda.c and session_cuda.c       */
 #define PLAN_WORKSPACE ((uint64_t)32 << 20)   /* the cuBLASLt workspace of a CUDA session       */
 #define PLAN_CUDA_BATCH 512                   /* tokens per GPU pass (session.c)                */
-#define PLAN_ARGMAX_SCRATCH 1024              /* launch_argmax_scratch(): 128 blocks x 8 bytes  */
+#define PLAN_ARGMAX_SCRATCH 1028              /* launch_argmax_scratch(): 128 x 8 bytes, a count */
 #define PLAN_CAND_MAX 4096                    /* sampling candidates copied to the host at most */
 #define PLAN_STEP_INTS 8                      /* the decode step's device ints (cuda/state.h)   */
 #define PLAN_Q4_COUNTS 256                    /* gemm_q4_work.count: a CTA each, 132 on an H100 */

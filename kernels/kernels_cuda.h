@@ -116,14 +116,24 @@ int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, in
 
 /*
  * *out = index of the largest of x[n] (the lowest index among equals);
- * scratch of launch_argmax_scratch() bytes. With feed (may be NULL), also
+ * scratch of launch_argmax_scratch() bytes, zeroed once before the first
+ * launch (each launch leaves it so). With feed (may be NULL), also
  * ring[*pos & 1] = *token = that index, then ++*pos: the next decode step's
- * input, written on the device.
+ * input, written on the device (ring may be mapped host memory). Where
+ * feed->x is set, x[dim] also gets that token's row of emb (emb_t), and
+ * zero[n_zero] is cleared: what a decode step does first. Launched as a
+ * programmatic dependent of the kernel before it.
  */
 typedef struct argmax_feed {
     int32_t *token; /* [1] */
     int32_t *pos;   /* [1] */
     int32_t *ring;  /* [2] */
+    float *x;       /* [dim], or NULL */
+    const void *emb;
+    k_dtype emb_t;
+    int dim;
+    uint32_t *zero; /* [n_zero] */
+    int n_zero;
 } argmax_feed;
 size_t launch_argmax_scratch(void);
 int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n, void *scratch, const argmax_feed *feed);

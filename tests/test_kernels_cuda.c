@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/plan.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
@@ -157,6 +158,13 @@ static void test_rmsnorm_swiglu_bias(launch_ctx *lc)
 static void test_argmax(launch_ctx *lc)
 {
     static const int sizes[] = {1, 7, 512, 513, 65537, 128256, 151936, 262144};
+    CHECK(launch_argmax_scratch() == PLAN_ARGMAX_SCRATCH); /* what the planner counts */
+    void *scratch = dev_alloc(launch_argmax_scratch());
+    CHECK(cudaMemset(scratch, 0, launch_argmax_scratch()) == cudaSuccess); /* once: each launch leaves it so */
+    int32_t *ring = NULL; /* the feed's ring in mapped host memory, as decode has it */
+    CHECK(cudaMallocHost((void **)&ring, 2 * sizeof *ring) == cudaSuccess);
+    int32_t *d_ring = NULL;
+    CHECK(cudaHostGetDevicePointer((void **)&d_ring, ring, 0) == cudaSuccess);
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         const int n = sizes[si];
         float *x = malloc((size_t)n * sizeof *x);
@@ -170,24 +178,58 @@ static void test_argmax(launch_ctx *lc)
         }
         float *dx = dev_copy(x, (size_t)n);
         int32_t *dout = dev_alloc(sizeof(int32_t)), got = -1;
-        void *scratch = dev_alloc(launch_argmax_scratch());
         CHECK_MSG(launch_argmax(lc, dout, dx, n, scratch, NULL) == 0, "%s", lc->err);
         cudaMemcpy(&got, dout, sizeof got, cudaMemcpyDeviceToHost);
         CHECK_MSG(got == want, "argmax n %d: %d, want %d", n, got, want);
         /* The feed: token and ring[pos & 1] get the choice, pos advances, the other slot is kept. */
         const int32_t pos0 = (int32_t)si + 40;
-        int32_t h[5] = {-1, pos0, -7, -7, -1}; /* token, pos, ring[2], out */
+        int32_t h[3] = {-1, pos0, -1}; /* token, pos, out */
         int32_t *dh = dev_alloc(sizeof h);
         cudaMemcpy(dh, h, sizeof h, cudaMemcpyHostToDevice);
-        const argmax_feed feed = {dh, dh + 1, dh + 2};
-        CHECK_MSG(launch_argmax(lc, dh + 4, dx, n, scratch, &feed) == 0, "%s", lc->err);
+        ring[0] = ring[1] = -7;
+        argmax_feed feed = {.token = dh, .pos = dh + 1, .ring = d_ring};
+        /* From the third size on, the chosen token's embedding row into x (both of the row copy's paths:
+         * 16-byte groups and single values) and the maxima zeroed. */
+        const bool embed = si >= 2 && n <= 65537;
+        const k_dtype et = TYPES[si % 3];
+        const int dim = si % 2 ? 70 : 64, n_zero = 5 + (int)si;
+        void *emb = NULL, *demb = NULL;
+        float *vals = NULL, *dxe = NULL;
+        uint32_t *dzero = NULL;
+        if (embed) {
+            vals = malloc((size_t)n * dim * sizeof *vals);
+            emb = make_weight(et, (size_t)n * dim, vals, 1.0);
+            demb = dev_from(emb, (size_t)n * dim * k_dtype_size(et));
+            dxe = dev_alloc((size_t)dim * sizeof(float));
+            dzero = dev_alloc((size_t)n_zero * sizeof(uint32_t));
+            feed.x = dxe, feed.emb = demb, feed.emb_t = et, feed.dim = dim;
+            feed.zero = dzero, feed.n_zero = n_zero;
+        }
+        CHECK_MSG(launch_argmax(lc, dh + 2, dx, n, scratch, &feed) == 0, "%s", lc->err);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess);
         cudaMemcpy(h, dh, sizeof h, cudaMemcpyDeviceToHost);
-        CHECK_MSG(h[0] == want && h[1] == pos0 + 1 && h[2 + (pos0 & 1)] == want && h[2 + !(pos0 & 1)] == -7 &&
-                      h[4] == want,
-                  "argmax feed n %d: token %d pos %d ring %d %d out %d", n, h[0], h[1], h[2], h[3], h[4]);
+        CHECK_MSG(h[0] == want && h[1] == pos0 + 1 && ring[pos0 & 1] == want && ring[!(pos0 & 1)] == -7 &&
+                      h[2] == want,
+                  "argmax feed n %d: token %d pos %d ring %d %d out %d", n, h[0], h[1], ring[0], ring[1], h[2]);
+        if (embed) {
+            float *ref = malloc((size_t)dim * sizeof *ref), *gx = host_f32(dxe, K_F32, (size_t)dim);
+            uint32_t *gz = malloc((size_t)n_zero * sizeof *gz);
+            k_ctx kc = cpu_ctx(dim);
+            k_weight w = {emb, et, n, dim};
+            k_embed(&kc, ref, &w, &want, 1);
+            cudaMemcpy(gz, dzero, (size_t)n_zero * sizeof *gz, cudaMemcpyDeviceToHost);
+            CHECK_MSG(rel_err_f(gx, ref, (size_t)dim) == 0.0, "argmax feed n %d: embedding row (%s, dim %d)", n,
+                      dtype_name(et), dim);
+            for (int i = 0; i < n_zero; i++)
+                CHECK_MSG(gz[i] == 0, "argmax feed n %d: word %d of %d not zeroed", n, i, n_zero);
+            free(kc.scratch), free(ref), free(gx), free(gz), free(emb), free(vals);
+            cudaFree(demb), cudaFree(dxe), cudaFree(dzero);
+        }
         cudaFree(dh);
-        cudaFree(dx), cudaFree(dout), cudaFree(scratch), free(x);
+        cudaFree(dx), cudaFree(dout), free(x);
     }
+    cudaFree(scratch);
+    cudaFreeHost(ring);
 }
 
 /* q/k/v post-processing: CPU bias + per-head RMSNorm + RoPE against launch_rope_qkv. */

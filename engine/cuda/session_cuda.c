@@ -116,6 +116,10 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     if (ce == cudaSuccess)
         ce = cudaMallocHost((void **)&cs->h_step, STEP_INTS * sizeof(int32_t));
     if (ce == cudaSuccess)
+        ce = cudaHostGetDevicePointer((void **)&cs->ring, cs->h_step + STEP_RING, 0);
+    if (ce == cudaSuccess) /* the argmax's block count starts at zero */
+        ce = cudaMemsetAsync(cs->argmax_scratch, 0, launch_argmax_scratch(), cs->lc.stream);
+    if (ce == cudaSuccess)
         ce = cudaMallocHost((void **)&cs->h_cand_ids, CAND_MAX * sizeof(int32_t));
     if (ce == cudaSuccess)
         ce = cudaMallocHost((void **)&cs->h_cand_vals, CAND_MAX * sizeof(float));

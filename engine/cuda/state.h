@@ -109,13 +109,14 @@ struct cuda_session {
     int32_t *h_cand_ids;  /* pinned host copies of the above             */
     float *h_cand_vals;
     int32_t *step;        /* [STEP_INTS]                                 */
-    uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zeroed at each decode step */
+    uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zero at each decode step's start */
     gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
     void *dl;             /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table and sync words */
     bool fused_decode;    /* decode runs every layer in that kernel (cuda_decode_prepare) */
     decode_layers_args dl_args;
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
+    int32_t *ring;        /* h_step + STEP_RING as the device sees it: decode's argmax writes it */
     int n_splits;         /* decode attention splits                     */
     cudaGraphExec_t graph;/* one decode step of a host token; NULL until first used */
     cudaGraphExec_t graph_fb; /* one decode step of the device's last argmax */

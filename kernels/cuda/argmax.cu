@@ -1,14 +1,19 @@
 /*
  * argmax.cu: the greedy choice on the device, so decode copies 4 bytes to
- * the host instead of the logits. Two launches: many blocks each reduce a
- * strided slice to (value, index), then one block reduces those. (A single
- * block reading a 128K vocabulary took 54 us per token on an H100, more
- * than a 1B model's whole attention.) Ties go to the lowest index, as in
- * the CPU sampler.
+ * the host instead of the logits. One launch: many blocks each reduce a
+ * strided slice to (value, index); the last block to finish (a counter in
+ * the scratch) reduces those. (A single block reading a 128K vocabulary
+ * took 54 us per token on an H100, more than a 1B model's whole
+ * attention; a second kernel for the last reduction cost a kernel
+ * boundary.) Ties go to the lowest index, as in the CPU sampler.
  *
  * With a feed, the choice also becomes the next decode step's input on the
- * device (token, position + 1, and a two-slot ring the host reads), so the
- * next step can be queued before the host has seen this one's token.
+ * device: token, position + 1, a two-slot ring the host reads (it may lie
+ * in mapped host memory, so no copy follows), and where asked the token's
+ * embedding row in x and the input maxima zeroed, so the next step starts
+ * with its first product instead of a memset and an embedding kernel.
+ * Launched as a programmatic dependent of the kernel that writes the
+ * logits (the head product).
  */
 #include "common.cuh"
 
@@ -47,23 +52,64 @@ __device__ best_t block_best(best_t b)
     return b;
 }
 
-__global__ void k_argmax_blocks(best_t *partial, const float *x, int n)
+/* The scratch: each block's best, then the count of blocks done (zero between launches). */
+struct argmax_scratch_t {
+    best_t partial[ARGMAX_BLOCKS];
+    unsigned done;
+};
+
+/* x[i] = emb[token][i] as fp32, 16 bytes of the row a thread at a time where aligned. */
+template <typename T>
+__device__ void embed_row(float *__restrict__ x, const T *__restrict__ emb, int token, int dim)
 {
+    constexpr int V = 16 / sizeof(T);
+    const T *row = emb + (size_t)token * dim;
+    if (dim % V == 0 && (uintptr_t)row % 16 == 0 && (uintptr_t)x % 16 == 0) {
+        for (int g = threadIdx.x; g < dim / V; g += blockDim.x) {
+            const uint4 w = __ldg(reinterpret_cast<const uint4 *>(row) + g);
+            const T *e = reinterpret_cast<const T *>(&w);
+#pragma unroll
+            for (int k = 0; k < V; k += 4)
+                *reinterpret_cast<float4 *>(x + g * V + k) =
+                    make_float4(to_f32(e[k]), to_f32(e[k + 1]), to_f32(e[k + 2]), to_f32(e[k + 3]));
+        }
+    } else {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x)
+            x[i] = to_f32(row[i]);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int32_t *out, const float *x, int n, argmax_scratch_t *sc,
+                                                            argmax_feed feed)
+{
+    __shared__ bool last;
+    __shared__ int32_t chosen;
+    dependency_wait(); /* the logits are the previous kernel's */
     best_t b = {-INFINITY, 0x7fffffff};
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         b = better(b, best_t{x[i], i});
     b = block_best(b);
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = b;
-}
-
-__global__ void k_argmax_final(int32_t *out, const best_t *partial, int blocks, argmax_feed feed)
-{
-    best_t b = threadIdx.x < blocks ? partial[threadIdx.x] : best_t{-INFINITY, 0x7fffffff};
+    if (threadIdx.x == 0) {
+        sc->partial[blockIdx.x] = b;
+        __threadfence();
+        last = atomicAdd(&sc->done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads(); /* (also ends block_best's reads of its shared array before the second use) */
+    if (!last)
+        return;
+    __threadfence();
+    b = best_t{-INFINITY, 0x7fffffff};
+    if (threadIdx.x < gridDim.x) { /* other blocks' values: from L2, never a stale L1 line */
+        b.v = __ldcg(&sc->partial[threadIdx.x].v);
+        b.i = __ldcg(&sc->partial[threadIdx.x].i);
+    }
     b = block_best(b);
     if (threadIdx.x == 0) {
         const int32_t best = b.i == 0x7fffffff ? 0 : b.i;
+        sc->done = 0;
         *out = best;
+        chosen = best;
         if (feed.token) {
             const int32_t pos = *feed.pos;
             feed.ring[pos & 1] = best;
@@ -71,24 +117,40 @@ __global__ void k_argmax_final(int32_t *out, const best_t *partial, int blocks, 
             *feed.pos = pos + 1;
         }
     }
+    if (!feed.token)
+        return;
+    for (int i = threadIdx.x; i < feed.n_zero; i += blockDim.x)
+        feed.zero[i] = 0;
+    if (feed.x) {
+        __syncthreads();
+        embed_row(feed.x, static_cast<const T *>(feed.emb), chosen, feed.dim);
+    }
 }
 
 extern "C" size_t launch_argmax_scratch(void)
 {
-    return ARGMAX_BLOCKS * sizeof(best_t);
+    return sizeof(argmax_scratch_t);
 }
 
 extern "C" int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n, void *scratch,
                              const argmax_feed *feed)
 {
-    const argmax_feed none = {NULL, NULL, NULL};
+    argmax_feed none = {};
     if (!feed)
         feed = &none;
-    if (!out || !x || !scratch || n <= 0 || (feed->token && (!feed->pos || !feed->ring)))
+    if (!out || !x || !scratch || n <= 0 || (feed->token && (!feed->pos || !feed->ring)) ||
+        (feed->x && (!feed->token || !feed->emb || feed->dim <= 0)) || (feed->n_zero > 0 && (!feed->zero || !feed->token)))
         return launch_fail(c, "argmax: bad arguments (n %d)", n);
     const int blocks = (int)(ceil_div(n, ARGMAX_THREADS) < ARGMAX_BLOCKS ? ceil_div(n, ARGMAX_THREADS) : ARGMAX_BLOCKS);
-    best_t *partial = static_cast<best_t *>(scratch);
-    k_argmax_blocks<<<blocks, ARGMAX_THREADS, 0, c->stream>>>(partial, x, n);
-    k_argmax_final<<<1, ARGMAX_BLOCKS, 0, c->stream>>>(out, partial, blocks, *feed);
+    argmax_scratch_t *sc = static_cast<argmax_scratch_t *>(scratch);
+    cudaError_t e = cudaSuccess;
+    if (!feed->x)
+        e = launch_pdl(k_argmax<float>, dim3(blocks), dim3(ARGMAX_THREADS), 0, c->stream, out, x, n, sc, *feed);
+    else
+        DISPATCH_TYPE(feed->emb_t, T,
+                      e = launch_pdl(k_argmax<T>, dim3(blocks), dim3(ARGMAX_THREADS), 0, c->stream, out, x, n, sc,
+                                     *feed));
+    if (e != cudaSuccess)
+        return launch_fail(c, "argmax: %s", cudaGetErrorString(e));
     return launch_check(c, "argmax");
 }
