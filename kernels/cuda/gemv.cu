@@ -76,7 +76,7 @@ __device__ float publish_input(float ss, int cols, float eps)
  * P is a multiple of 4, so a 16-byte group never straddles them). Returns
  * what the sums are multiplied by (1 / rms for RMSNorm).
  */
-template <int IN, int P>
+template <int IN, int P, int SB_PLAIN>
 __device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps, const unsigned *)
 {
     const bool rms = IN == GEMV_IN_RMSNORM;
@@ -84,7 +84,7 @@ __device__ float stage_input(float *xs, const float *x, const float *norm, int c
     float ss = 0.0f;
     if (vec) {
         const int n4 = cols / 4;
-        constexpr int SB = 4; /* groups of 4 a thread at once: loads first, as the fp16 staging below */
+        constexpr int SB = rms ? 4 : SB_PLAIN; /* groups of 4 a thread at once: loads first, as the fp16 staging below */
         for (int j0 = threadIdx.x; j0 < n4; j0 += SB * blockDim.x) {
             float4 vb[SB], gb[SB];
 #pragma unroll
@@ -169,7 +169,7 @@ __device__ __forceinline__ void load8(float *f, const float *v, int g, bool vec)
  * second pass reads x again, from the cache). Returns the factor that
  * undoes the scale (and applies 1 / rms where it is not in the values).
  */
-template <int IN, int P>
+template <int IN, int P, int SB_PLAIN>
 __device__ float stage_input(__half *xs, const float *x, const float *norm, int cols, float eps,
                              const unsigned *x_max)
 {
@@ -207,8 +207,9 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
      * stores. (A loop of load, then store, waited one round trip to L2 per
      * group: 7 of them for the 8B's down product. Batched, 8B int8 decode
      * went from 290 to 302 tok/s, nf4 from 393 to 396, on an H100.) SB = 2
-     * with the norm weights' loads too, so that the registers stay at 128. */
-    constexpr int SB = rms ? 2 : 4;
+     * with the norm weights' loads too, so that the registers stay at 128;
+     * without them SB_PLAIN, as many as the chunk type's registers allow. */
+    constexpr int SB = rms ? 2 : SB_PLAIN;
     for (int j0 = threadIdx.x; j0 < n8; j0 += SB * blockDim.x) {
         float vb[SB][8], gb[SB][8];
 #pragma unroll
@@ -288,9 +289,15 @@ __device__ __forceinline__ float absmax_at(const gemv_args &a, const float *tabl
     return a.am_q ? nested_absmax(a, table, __ldg(a.am_q + b), b) : __ldg(a.scales + b);
 }
 
+/* 16-byte groups a thread stages at once without the norm weights (H100, 8B int8 with an int8 head:
+ * 4 325.9, 8 326.9, 16 326.9 tok/s; 8B bf16 183.6, 184.6, 185.7). */
+#ifndef GEMV_F32_STAGE
+#define GEMV_F32_STAGE 8
+#endif
 /* What the types other than the 4-bit one stage: the input in fp32, no table. */
 struct x_f32 {
     typedef float X;
+    static constexpr int STAGE = GEMV_F32_STAGE;
     static constexpr size_t TABLE = 0;
     static constexpr bool NESTED = false, ONE_STEP = false;
 };
@@ -377,6 +384,7 @@ struct chunk_4bit {
     static constexpr int VEC = 32, PAD = 8, UNROLL = GEMV_4BIT_UNROLL, ROWS = 2; /* a step of 2 x 2 KB: two 4096-column rows */
     typedef __half X;
     static constexpr size_t TABLE = sizeof pair_s;
+    static constexpr int STAGE = 4; /* groups of 8 a thread stages at once without the norm weights */
     static constexpr bool NESTED = false, ONE_STEP = false;
     uint4 v;
     float am;
@@ -401,6 +409,10 @@ struct chunk_4bit_nested : chunk_4bit {
     static constexpr size_t TABLE = sizeof pair_s + sizeof am_code_s;
     static constexpr bool NESTED = true;
     static constexpr int UNROLL = GEMV_NESTED_UNROLL;
+    /* The 8B's down product's 7 groups a thread in one round trip: 8B nf4-dq with an nf4-dq head 496.8 /
+     * 496.0 against 493.3 / 494.5 tok/s with 4 (H100, same call). (The plain chunk keeps 4: 8 measured
+     * 0.3% slower on the 1B nf4, whose down product has 4 groups a thread either way.) */
+    static constexpr int STAGE = 8;
     uint32_t q;
     float2 s;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &qi, int ri, int c)
@@ -427,7 +439,7 @@ struct chunk_4bit_nested : chunk_4bit {
  * nf4-dq with an nf4-dq head 474 -> 480, the same bits.
  */
 template <typename C> struct chunk_4bit_3rows : C {
-    static constexpr int ROWS = 3;
+    static constexpr int ROWS = 3, STAGE = 4; /* (8 would take it past 128 registers) */
     static constexpr bool ONE_STEP = !C::NESTED;
 };
 
@@ -513,7 +525,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
      * read only after this wait. */
     dependency_wait();
     /* The input, scaled where fp16: the sums are multiplied by xscale. */
-    const float xscale = stage_input<IN, C::PAD ? VEC : 0>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
+    const float xscale = stage_input<IN, C::PAD ? VEC : 0, C::STAGE>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
 
     float acc[R];
 #pragma unroll
