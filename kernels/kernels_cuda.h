@@ -193,13 +193,6 @@ typedef struct gemv_args {
     const unsigned *x_max;
     unsigned *y_max;
     const float *y_max_norm;
-    /* Decode's gated product may also leave its output in fp16 (y16, [out
-     * rows], NULL: not), and the next product, where it stages fp32 without
-     * a norm, then stages from that copy (x16, 16-byte aligned, cols a
-     * multiple of 8: half the bytes from L2), from x where any value of it
-     * is not finite in fp16. */
-    uint16_t *y16;
-    const uint16_t *x16;
 } gemv_args;
 /* Whether a's nested absmax fields are all there (am_shift in range). */
 static inline bool gemv_nested_ok(const gemv_args *a)

@@ -485,8 +485,6 @@ static void *dev_weight(k_dtype t, size_t n, float *vals, k_weight *hw)
 
 static void check_gemv_chain(launch_ctx *lc, const gemv_args *a, const float *x, const float *norm, const float *y0,
                              const float *ref, int outs, double tol);
-static void check_gemv_half(launch_ctx *lc, const gemv_args *a0, const k_weight *w, const float *x, const float *y0,
-                            const float *ref, int outs);
 
 static void check_gemv(launch_ctx *lc, k_dtype t, int rows, int cols, gemv_input in, bool acc, bool with_bias)
 {
@@ -723,8 +721,6 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
         /* Again as a link of decode's chain: the input's maximum given (the
          * 4-bit types then stage it in one pass), the output's left behind. */
         check_gemv_chain(lc, &a, x, norm, y0, ref, outs, tol);
-        if (type == K_I8 && !nested)
-            check_gemv_half(lc, &a, w, x, y0, ref, outs);
         /* Prefill decoding: exactly the CPU's weights (rounded to bf16 here). */
         CHECK_MSG(launch_dequant(lc, dd, K_BF16, &a) == 0, "dequant: %s", lc->err);
         float *gd = host_f32(dd, K_BF16, nw), *row = malloc((size_t)cols * sizeof *row);
@@ -743,62 +739,6 @@ static void check_gemv_quant(launch_ctx *lc, k_dtype type, int group, bool dq, i
     q_weight_free(&qw);
     cudaFree(dw), cudaFree(dsc), cudaFree(dcode), cudaFree(dx), cudaFree(dn), cudaFree(dy), cudaFree(dd);
     free_nested(&nest);
-}
-
-/*
- * decode's fp16 copy of a gated output (y16) and a product staging its
- * input from such a copy (x16): the copy is the output rounded to fp16;
- * staged from it, the product is the CPU's on the rounded input; a copy
- * holding an inf sends the block back to the fp32 input.
- */
-static void check_gemv_half(launch_ctx *lc, const gemv_args *a0, const k_weight *w, const float *x, const float *y0,
-                            const float *ref, int outs)
-{
-    gemv_args a = *a0;
-    const int cols = a.cols;
-    if (a.glu_out) {
-        uint16_t *d16 = dev_alloc((size_t)outs * sizeof(uint16_t)), *h16 = malloc((size_t)outs * sizeof *h16);
-        a.y16 = d16;
-        CHECK_MSG(launch_gemv(lc, &a) == 0, "gemv: %s", lc->err);
-        float *got = host_f32(a.y, K_F32, (size_t)outs);
-        cudaMemcpy(h16, d16, (size_t)outs * sizeof *h16, cudaMemcpyDeviceToHost);
-        size_t bad = 0;
-        for (int i = 0; i < outs; i++)
-            bad += h16[i] != f32_to_f16(got[i]);
-        CHECK_MSG(bad == 0, "gemv %dx%d: %zu of %d fp16 copies of the gated output wrong", a.rows, cols, bad, outs);
-        free(got), free(h16), cudaFree(d16);
-        return;
-    }
-    if (a.in != GEMV_IN_F32 || cols % 8)
-        return;
-    uint16_t *h16 = malloc((size_t)cols * sizeof *h16);
-    float *xr = malloc((size_t)cols * sizeof *xr), *ref16 = malloc((size_t)a.rows * sizeof *ref16);
-    for (int c = 0; c < cols; c++) {
-        h16[c] = f32_to_f16(x[c]);
-        xr[c] = f16_to_f32(h16[c]);
-    }
-    k_ctx kc = cpu_ctx(cols);
-    k_weight none = {NULL, K_F32, 0, 0};
-    k_matmul(&kc, ref16, xr, 1, w, &none);
-    for (int i = 0; i < outs && a.accumulate; i++)
-        ref16[i] += y0[i];
-    uint16_t *d16 = dev_from(h16, (size_t)cols * sizeof *h16);
-    for (int poison = 0; poison < 2; poison++) {
-        if (poison) { /* an inf in the copy (as fp16 overflow leaves): staged from x instead */
-            const uint16_t inf = 0x7c00;
-            cudaMemcpy(d16 + cols / 3, &inf, sizeof inf, cudaMemcpyHostToDevice);
-        }
-        cudaMemcpy(a.y, y0, (size_t)outs * sizeof(float), cudaMemcpyHostToDevice);
-        a.x16 = d16;
-        CHECK_MSG(launch_gemv(lc, &a) == 0, "gemv: %s", lc->err);
-        float *got = host_f32(a.y, K_F32, (size_t)outs);
-        const double err = rel_err_f(got, poison ? ref : ref16, (size_t)outs);
-        CHECK_MSG(err < 2e-5, "gemv %dx%d from an fp16 input copy (inf in it %d): error %.2e", a.rows, cols, poison,
-                  err);
-        free(got);
-    }
-    free(h16), free(xr), free(ref16), free(kc.scratch);
-    cudaFree(d16);
 }
 
 static void test_quant_products(launch_ctx *lc)

@@ -106,21 +106,6 @@ static uint32_t *max_slot(cuda_session *cs, int l, int k, const cuda_mat *reader
     return cs->in_max + 4 * (size_t)l + k;
 }
 
-/*
- * Where decode's down product stages its input from an fp16 copy that the
- * gate/up product leaves (half the bytes each block reads from L2): the
- * types staged in fp32 (the 4-bit ones stage fp16 under their own scale),
- * in the prefill's decoding scratch, which decode leaves idle. NULL: not.
- */
-static uint16_t *ffn_half(const cuda_session *cs, const cuda_layer *D, int ffn)
-{
-    const k_dtype t = D->w_down.t;
-    if (t == K_NF4 || t == K_FP4 || ffn % 8 || !cs->deq || (uintptr_t)cs->deq % 16 ||
-        cs->cm->deq_elems * k_dtype_size(cs->cm->wt) < (uint64_t)ffn * sizeof(uint16_t))
-        return NULL;
-    return cs->deq;
-}
-
 /* Whether any product of the step gets its input's maximum that way. */
 static bool any_max_slot(cuda_session *cs, int n_layers)
 {
@@ -287,12 +272,12 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
                         .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,
-                        .y_max = max_slot(cs, l, 3, &D->w_down), .y16 = ffn_half(cs, D, c->ffn_dim)};
+                        .y_max = max_slot(cs, l, 3, &D->w_down)};
         set_mat(&gu, &D->w_gu);
         TRY(launch_gemv(lc, &gu));
         gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
                           .in = GEMV_IN_F32, .x = cs->gu, .x_max = gu.y_max, .y_max = max_slot(cs, l + 1, 0, reader),
-                          .y_max_norm = next_norm, .x16 = gu.y16};
+                          .y_max_norm = next_norm};
         set_mat(&down, &D->w_down);
         TRY(launch_gemv(lc, &down));
         TRY(stream_after_layer(cs, l));

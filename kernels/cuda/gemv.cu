@@ -77,46 +77,9 @@ __device__ float publish_input(float ss, int cols, float eps)
  * what the sums are multiplied by (1 / rms for RMSNorm).
  */
 template <int IN, int P, int SB_PLAIN>
-__device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps, const unsigned *,
-                             const uint16_t *x16)
+__device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps, const unsigned *)
 {
     const bool rms = IN == GEMV_IN_RMSNORM;
-    if (!rms && x16) { /* from the fp16 copy, 8 values a group, SB_PLAIN groups a thread at once */
-        const int n8 = cols / 8;
-        bool bad = false;
-        for (int j0 = threadIdx.x; j0 < n8; j0 += SB_PLAIN * blockDim.x) {
-            uint4 hb[SB_PLAIN];
-#pragma unroll
-            for (int b = 0; b < SB_PLAIN; b++) {
-                const int j = j0 + b * blockDim.x;
-                if (j < n8)
-                    hb[b] = reinterpret_cast<const uint4 *>(x16)[j];
-            }
-#pragma unroll
-            for (int b = 0; b < SB_PLAIN; b++) {
-                const int j = j0 + b * blockDim.x;
-                if (j >= n8)
-                    break;
-                const uint32_t w[4] = {hb[b].x, hb[b].y, hb[b].z, hb[b].w};
-                float f[8];
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    bad |= (w[k] & 0x7c00u) == 0x7c00u || (w[k] & 0x7c000000u) == 0x7c000000u; /* inf or NaN */
-                    const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&w[k]));
-                    f[2 * k] = v.x;
-                    f[2 * k + 1] = v.y;
-                }
-#pragma unroll
-                for (int k = 0; k < 2; k++) {
-                    const int c = 8 * j + 4 * k;
-                    *reinterpret_cast<float4 *>(xs + c + (P > 0 ? c / P * 4 : 0)) =
-                        make_float4(f[4 * k], f[4 * k + 1], f[4 * k + 2], f[4 * k + 3]);
-                }
-            }
-        }
-        if (!__syncthreads_or(bad)) /* (also publishes the staged input) */
-            return 1.0f;
-    }
     const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && (!rms || (uintptr_t)norm % 16 == 0);
     float ss = 0.0f;
     if (vec) {
@@ -208,7 +171,7 @@ __device__ __forceinline__ void load8(float *f, const float *v, int g, bool vec)
  */
 template <int IN, int P, int SB_PLAIN>
 __device__ float stage_input(__half *xs, const float *x, const float *norm, int cols, float eps,
-                             const unsigned *x_max, const uint16_t *)
+                             const unsigned *x_max)
 {
     const bool rms = IN == GEMV_IN_RMSNORM;
     const bool vec = (uintptr_t)x % 16 == 0 && (!rms || (uintptr_t)norm % 16 == 0);
@@ -562,8 +525,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
      * read only after this wait. */
     dependency_wait();
     /* The input, scaled where fp16: the sums are multiplied by xscale. */
-    const float xscale =
-        stage_input<IN, C::PAD ? VEC : 0, C::STAGE>(xs, a.x, a.norm, a.cols, a.eps, a.x_max, a.x16);
+    const float xscale = stage_input<IN, C::PAD ? VEC : 0, C::STAGE>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
 
     float acc[R];
 #pragma unroll
@@ -606,8 +568,6 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
                 }
                 const float h = g / (1.0f + expf(-g)) * u;
                 a.y[j] = h;
-                if (a.y16)
-                    reinterpret_cast<__half *>(a.y16)[j] = __float2half_rn(h);
                 if (a.y_max)
                     ymx = fmaxf(ymx, fabsf(a.y_max_norm ? h * a.y_max_norm[j] : h));
             }
@@ -740,8 +700,6 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
         return launch_fail(c, "gemv: RMSNorm input without norm weights");
     if (a->glu_out && (a->rows % 2 || a->accumulate))
         return launch_fail(c, "gemv: a gated output needs an even row count and no accumulation");
-    if (a->x16 && (a->cols % 8 || (uintptr_t)a->x16 % 16))
-        return launch_fail(c, "gemv: an fp16 input copy needs 8-column groups, 16-byte aligned");
     /* The input in fp32, with 4 spare words every 16 columns at most (tables are static). */
     const size_t smem = ((size_t)a->cols + a->cols / 16 * 4) * sizeof(float);
     const bool aligned = (uintptr_t)a->w % 16 == 0;
