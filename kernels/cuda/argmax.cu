@@ -58,27 +58,6 @@ struct argmax_scratch_t {
     unsigned done;
 };
 
-/* x[i] = emb[token][i] as fp32, 16 bytes of the row a thread at a time where aligned. */
-template <typename T>
-__device__ void embed_row(float *__restrict__ x, const T *__restrict__ emb, int token, int dim)
-{
-    constexpr int V = 16 / sizeof(T);
-    const T *row = emb + (size_t)token * dim;
-    if (dim % V == 0 && (uintptr_t)row % 16 == 0 && (uintptr_t)x % 16 == 0) {
-        for (int g = threadIdx.x; g < dim / V; g += blockDim.x) {
-            const uint4 w = __ldg(reinterpret_cast<const uint4 *>(row) + g);
-            const T *e = reinterpret_cast<const T *>(&w);
-#pragma unroll
-            for (int k = 0; k < V; k += 4)
-                *reinterpret_cast<float4 *>(x + g * V + k) =
-                    make_float4(to_f32(e[k]), to_f32(e[k + 1]), to_f32(e[k + 2]), to_f32(e[k + 3]));
-        }
-    } else {
-        for (int i = threadIdx.x; i < dim; i += blockDim.x)
-            x[i] = to_f32(row[i]);
-    }
-}
-
 template <typename T>
 __global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int32_t *out, const float *x, int n, argmax_scratch_t *sc,
                                                             argmax_feed feed)

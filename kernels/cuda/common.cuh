@@ -21,6 +21,31 @@ template <> __device__ __forceinline__ float from_f32<float>(float v) { return v
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+/*
+ * x[i] = emb[token][i] as fp32, by the whole block: 16 bytes of the row a
+ * thread at a time where aligned (the embedding lookup, and decode's argmax
+ * embedding the next step's token).
+ */
+template <typename T>
+__device__ void embed_row(float *__restrict__ x, const T *__restrict__ emb, int token, int dim)
+{
+    constexpr int V = 16 / sizeof(T);
+    const T *row = emb + (size_t)token * dim;
+    if (dim % V == 0 && (uintptr_t)row % 16 == 0 && (uintptr_t)x % 16 == 0) {
+        for (int g = threadIdx.x; g < dim / V; g += blockDim.x) {
+            const uint4 w = __ldg(reinterpret_cast<const uint4 *>(row) + g);
+            const T *e = reinterpret_cast<const T *>(&w);
+#pragma unroll
+            for (int k = 0; k < V; k += 4)
+                *reinterpret_cast<float4 *>(x + g * V + k) =
+                    make_float4(to_f32(e[k]), to_f32(e[k + 1]), to_f32(e[k + 2]), to_f32(e[k + 3]));
+        }
+    } else {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x)
+            x[i] = to_f32(row[i]);
+    }
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
     for (int o = 16; o > 0; o >>= 1)

@@ -8,18 +8,15 @@
 template <typename T>
 __global__ void k_embed(float *x, const T *emb, const int32_t *ids, int dim)
 {
-    const int t = blockIdx.y;
-    const T *row = emb + (size_t)ids[t] * dim;
-    float *out = x + (size_t)t * dim;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x)
-        out[i] = to_f32(row[i]);
+    const int t = blockIdx.x;
+    embed_row(x + (size_t)t * dim, emb, ids[t], dim);
 }
 
 extern "C" int launch_embed(launch_ctx *c, float *x, const void *emb, k_dtype wt, const int32_t *ids, int n, int dim)
 {
-    if (!x || !emb || !ids || n <= 0 || dim <= 0 || n > 65535)
+    if (!x || !emb || !ids || n <= 0 || dim <= 0)
         return launch_fail(c, "embed: bad arguments (n %d, dim %d)", n, dim);
-    const dim3 grid(ceil_div(dim, 256) < 8 ? ceil_div(dim, 256) : 8, (unsigned)n);
-    DISPATCH_TYPE(wt, T, k_embed<T><<<grid, 256, 0, c->stream>>>(x, static_cast<const T *>(emb), ids, dim));
+    /* A block a token. */
+    DISPATCH_TYPE(wt, T, k_embed<T><<<n, 256, 0, c->stream>>>(x, static_cast<const T *>(emb), ids, dim));
     return launch_check(c, "embed");
 }

@@ -384,7 +384,7 @@ struct chunk_4bit {
     static constexpr int VEC = 32, PAD = 8, UNROLL = GEMV_4BIT_UNROLL, ROWS = 2; /* a step of 2 x 2 KB: two 4096-column rows */
     typedef __half X;
     static constexpr size_t TABLE = sizeof pair_s;
-    static constexpr int STAGE = 4; /* groups of 8 a thread stages at once without the norm weights */
+    static constexpr int STAGE = 4; /* groups of 8 inputs a thread stages at once without the norm weights */
     static constexpr bool NESTED = false, ONE_STEP = false;
     uint4 v;
     float am;
