@@ -45,9 +45,8 @@ typedef struct plan_weights {
 engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weights *w, err_buf *e);
 
 /* Decode's products pass the largest value of their output to the next
- * product (gemv_args.x_max): 4 slots a layer and one for the head; as many
- * counters of finished blocks follow them (gemv_args.done). */
-#define PLAN_IN_MAX_SLOTS(n_layers) (2 * (4 * (uint64_t)(n_layers) + 1))
+ * product (gemv_args.x_max): 4 slots a layer and one for the head. */
+#define PLAN_IN_MAX_SLOTS(n_layers) (4 * (uint64_t)(n_layers) + 1)
 
 /* The persistent decode kernel (decode_layers.cu): its table of layers
  * (PLAN_DL_LAYER_BYTES a layer at most) and its sync words (op counters,

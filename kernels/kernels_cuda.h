@@ -38,7 +38,6 @@ typedef struct launch_ctx {
     void *workspace;        /* cuBLASLt workspace (device), from the arena */
     size_t workspace_bytes;
     bool fused_q4;          /* launch_gemm_q4 runs here (gemm_q4_supported) */
-    unsigned gemv_blocks;   /* the grid of the last launch_gemv           */
     char err[256];          /* message of the last failure                */
 } launch_ctx;
 
@@ -194,15 +193,6 @@ typedef struct gemv_args {
     const unsigned *x_max;
     unsigned *y_max;
     const float *y_max_norm;
-    /* The same chain, between two products with nothing between them: each
-     * block of the product that wrote x adds 1 to *after when its outputs
-     * are written (its own `done`), and this product starts once *after
-     * reaches after_count (that product's blocks: launch_ctx.gemv_blocks)
-     * instead of waiting for that whole grid to finish. The counters are
-     * zero before the step. NULL: wait for the grid. */
-    unsigned *done;
-    const unsigned *after;
-    unsigned after_count;
 } gemv_args;
 /* Whether a's nested absmax fields are all there (am_shift in range). */
 static inline bool gemv_nested_ok(const gemv_args *a)

@@ -106,25 +106,6 @@ static uint32_t *max_slot(cuda_session *cs, int l, int k, const cuda_mat *reader
     return cs->in_max + 4 * (size_t)l + k;
 }
 
-/*
- * The counter of finished blocks of product k of layer l (gemv_args.done),
- * or NULL: only where nothing streams, so that products follow each other
- * with no copy or host step between them.
- */
-static uint32_t *done_slot(cuda_session *cs, int n_layers, int l, int k)
-{
-    if (cs->ss || cs->host)
-        return NULL;
-    return cs->in_max + PLAN_IN_MAX_SLOTS(n_layers) / 2 + 4 * (size_t)l + k;
-}
-
-/* Chain product g after the one launched last (its counter `done`), where there is one. */
-static void chain_after(gemv_args *g, const launch_ctx *lc, const uint32_t *done)
-{
-    g->after = done;
-    g->after_count = done ? lc->gemv_blocks : 0;
-}
-
 /* Whether any product of the step gets its input's maximum that way. */
 static bool any_max_slot(cuda_session *cs, int n_layers)
 {
@@ -137,29 +118,19 @@ static bool any_max_slot(cuda_session *cs, int n_layers)
     return max_slot(cs, n_layers, 0, &cs->cm->lm_head) != NULL;
 }
 
-/* The words (maxima, counters) a decode step needs zero at its start. */
-static uint32_t zero_slots(cuda_session *cs, int n_layers)
-{
-    return any_max_slot(cs, n_layers) || done_slot(cs, n_layers, 0, 0) ? (uint32_t)PLAN_IN_MAX_SLOTS(n_layers) : 0;
-}
-
 /*
  * Logits of the last row of x, and their argmax into step[STEP_ARGMAX]; a
  * decode step (feed) also leaves it as the next step's input.
  */
-static int head(cuda_session *cs, const engine_session *s, int n, bool feed, const uint32_t *x_max,
-                const uint32_t *after)
+static int head(cuda_session *cs, const engine_session *s, int n, bool feed, const uint32_t *x_max)
 {
     const cfg_model *c = &s->model->cfg;
     launch_ctx *lc = &cs->lc;
     gemv_args g = {.y = cs->logits, .rows = c->vocab_size, .cols = c->dim, .in = GEMV_IN_RMSNORM,
                    .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm, .eps = (float)c->rms_eps, .x_max = x_max};
     set_mat(&g, &cs->cm->lm_head);
-    if (stream_head_blocks(cs) == 0) {
-        chain_after(&g, lc, after);
+    if (stream_head_blocks(cs) == 0)
         TRY(launch_gemv(lc, &g));
-        g.after = NULL;
-    }
     for (int b = 0; b < stream_head_blocks(cs); b++) { /* a streamed head: block by block through the slots */
         int r0 = 0, rows = 0;
         void *w = NULL;
@@ -179,7 +150,7 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
                            .emb_t = cs->cm->wt,
                            .dim = c->dim,
                            .zero = cs->in_max,
-                           .n_zero = zero_slots(cs, c->n_layers)};
+                           .n_zero = any_max_slot(cs, c->n_layers) ? PLAN_IN_MAX_SLOTS(c->n_layers) : 0};
     return launch_argmax(lc, cs->step + STEP_ARGMAX, cs->logits, c->vocab_size, cs->argmax_scratch,
                          feed ? &f : NULL);
 }
@@ -261,17 +232,17 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
     TRY(stream_begin(cs, s, 1, false, true));
     if (!fed) {
         /* The maxima the kernels post (max_slot) start at zero. */
-        if (zero_slots(cs, c->n_layers) &&
-            cudaMemsetAsync(cs->in_max, 0, zero_slots(cs, c->n_layers) * sizeof(uint32_t), lc->stream) != cudaSuccess)
+        if (any_max_slot(cs, c->n_layers) &&
+            cudaMemsetAsync(cs->in_max, 0, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), lc->stream) !=
+                cudaSuccess)
             return launch_fail(lc, "decode: clearing the input maxima: %s", cudaGetErrorString(cudaGetLastError()));
         TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
     }
     if (cs->fused_decode) {
         TRY(launch_decode_layers(lc, &cs->dl_args));
-        TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head), NULL));
+        TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
         return stream_end(cs);
     }
-    const uint32_t *prev = NULL; /* the counter of the product launched last, if the next one may chain to it */
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
         /* The product that reads x after this layer, and its norm. */
@@ -291,7 +262,6 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = GEMV_IN_RMSNORM, .x = cs->x,
                          .norm = D->attn_norm, .eps = eps, .x_max = max_slot(cs, l, 0, &D->wqkv)};
         set_mat(&qkv, &D->wqkv);
-        chain_after(&qkv, lc, prev);
         TRY(launch_gemv(lc, &qkv));
         ra.out_max = max_slot(cs, l, 1, &D->wo);
         TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
@@ -299,26 +269,20 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
                        .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),
                        .y_max_norm = D->ffn_norm};
         set_mat(&o, &D->wo);
-        o.done = done_slot(cs, c->n_layers, l, 1);
         TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
                         .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,
                         .y_max = max_slot(cs, l, 3, &D->w_down)};
         set_mat(&gu, &D->w_gu);
-        chain_after(&gu, lc, o.done);
-        gu.done = done_slot(cs, c->n_layers, l, 2);
         TRY(launch_gemv(lc, &gu));
         gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
                           .in = GEMV_IN_F32, .x = cs->gu, .x_max = gu.y_max, .y_max = max_slot(cs, l + 1, 0, reader),
                           .y_max_norm = next_norm};
         set_mat(&down, &D->w_down);
-        chain_after(&down, lc, gu.done);
-        down.done = done_slot(cs, c->n_layers, l, 3);
         TRY(launch_gemv(lc, &down));
-        prev = down.done;
         TRY(stream_after_layer(cs, l));
     }
-    TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head), prev));
+    TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
     return stream_end(cs);
 }
 
@@ -362,7 +326,7 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
             TRY(launch_bias_add(lc, cs->x, D->b_down, n, dim));
         TRY(stream_after_layer(cs, l));
     }
-    TRY(head(cs, s, n, false, NULL, NULL));
+    TRY(head(cs, s, n, false, NULL));
     return stream_end(cs);
 }
 

@@ -153,18 +153,6 @@ static inline unsigned ceil_div(long a, long b) { return (unsigned)((a + b - 1) 
 __device__ __forceinline__ void dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void dependents_may_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
 
-/* Acquire and release at GPU scope: a counter posted by one kernel's blocks and awaited by another's. */
-__device__ __forceinline__ unsigned load_acquire(const unsigned *p)
-{
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void add_release(unsigned *p, unsigned v)
-{
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 /*
  * A nested (double-quantized) absmax from its 8-bit code's table value and
  * its nested block's scale and offset, exactly as the CPU decodes it: the

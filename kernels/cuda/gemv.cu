@@ -523,14 +523,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     /* Launched as a programmatic dependent of the previous kernel: the
      * weight loads above overlap its tail; its outputs (our input) are
      * read only after this wait. */
-    if (a.after) { /* the product before posts its blocks as they finish */
-        if (threadIdx.x == 0)
-            while (load_acquire(a.after) < a.after_count)
-                ;
-        __syncthreads();
-    } else {
-        dependency_wait();
-    }
+    dependency_wait();
     /* The input, scaled where fp16: the sums are multiplied by xscale. */
     const float xscale = stage_input<IN, C::PAD ? VEC : 0, C::STAGE>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
 
@@ -610,13 +603,6 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
         if (atomicAdd(&blk_done, 1u) == (unsigned)(warps_per_block - 1))
             atomicMax(a.y_max, atomicOr(&blk_max, 0u));
     }
-    if (a.done) { /* the block's outputs (and maximum) are written: post it */
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence(); /* every thread's writes, ordered before by the barrier (as a grid sync does) */
-            add_release(a.done, 1u);
-        }
-    }
 }
 
 template <typename C, int IN, bool GLU>
@@ -639,7 +625,6 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     long blocks = (long)c->n_sms * per_sm;
     if (blocks > needed)
         blocks = needed;
-    c->gemv_blocks = (unsigned)blocks;
     cudaError_t e = launch_pdl(kern, dim3((unsigned)blocks), dim3(GEMV_THREADS), smem, c->stream, *a);
     if (e != cudaSuccess)
         return launch_fail(c, "gemv: %s", cudaGetErrorString(e));
