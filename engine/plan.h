@@ -45,9 +45,8 @@ typedef struct plan_weights {
 engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weights *w, err_buf *e);
 
 /* Decode's products pass the largest value of their output to the next
- * product (gemv_args.x_max): 4 slots a layer and one for the head; as many
- * counters of row groups taken follow them (gemv_args.steal). */
-#define PLAN_IN_MAX_SLOTS(n_layers) (2 * (4 * (uint64_t)(n_layers) + 1))
+ * product (gemv_args.x_max): 4 slots a layer and one for the head. */
+#define PLAN_IN_MAX_SLOTS(n_layers) (4 * (uint64_t)(n_layers) + 1)
 
 /* The persistent decode kernel (decode_layers.cu): its table of layers
  * (PLAN_DL_LAYER_BYTES a layer at most) and its sync words (op counters,
@@ -80,7 +79,7 @@ typedef struct plan_session_bufs {
     void *cand_ids;  /* [PLAN_CAND_MAX] int32                   */
     void *cand_vals; /* [PLAN_CAND_MAX] f32                     */
     void *step;      /* [PLAN_STEP_INTS] int32                  */
-    void *in_max;    /* [PLAN_IN_MAX_SLOTS] u32: decode products' input maxima, then their counters */
+    void *in_max;    /* [PLAN_IN_MAX_SLOTS] u32: decode products' input maxima */
     void *q4_count;  /* [PLAN_Q4_COUNTS] u32: the fused 4-bit product's counters */
     void *dl;        /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table, then its sync words */
 } plan_session_bufs;

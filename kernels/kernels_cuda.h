@@ -193,10 +193,6 @@ typedef struct gemv_args {
     const unsigned *x_max;
     unsigned *y_max;
     const float *y_max_norm;
-    /* A counter, zero before the launch, through which warps share out the
-     * last row groups (taken in turn as they finish theirs), or NULL: every
-     * warp a fixed share. */
-    unsigned *steal;
 } gemv_args;
 /* Whether a's nested absmax fields are all there (am_shift in range). */
 static inline bool gemv_nested_ok(const gemv_args *a)

@@ -106,34 +106,31 @@ static uint32_t *max_slot(cuda_session *cs, int l, int k, const cuda_mat *reader
     return cs->in_max + 4 * (size_t)l + k;
 }
 
-/*
- * The counter through which product k of layer l (layer n_layers: the
- * head) shares out its last row groups (gemv_args.steal): the gate/up
- * products and the head, which have several row groups a warp. Zeroed
- * with the maxima.
- */
-static uint32_t *steal_slot(cuda_session *cs, int n_layers, int l, int k)
+/* Whether any product of the step gets its input's maximum that way. */
+static bool any_max_slot(cuda_session *cs, int n_layers)
 {
-    return cs->in_max + PLAN_IN_MAX_SLOTS(n_layers) / 2 + 4 * (size_t)l + k;
+    for (int l = 0; l < n_layers; l++) {
+        const cuda_layer *D = &cs->layers[l];
+        if (max_slot(cs, l, 0, &D->wqkv) || max_slot(cs, l, 1, &D->wo) || max_slot(cs, l, 2, &D->w_gu) ||
+            max_slot(cs, l, 3, &D->w_down))
+            return true;
+    }
+    return max_slot(cs, n_layers, 0, &cs->cm->lm_head) != NULL;
 }
 
 /*
  * Logits of the last row of x, and their argmax into step[STEP_ARGMAX]; a
  * decode step (feed) also leaves it as the next step's input.
  */
-static int head(cuda_session *cs, const engine_session *s, int n, bool feed, const uint32_t *x_max,
-                uint32_t *steal)
+static int head(cuda_session *cs, const engine_session *s, int n, bool feed, const uint32_t *x_max)
 {
     const cfg_model *c = &s->model->cfg;
     launch_ctx *lc = &cs->lc;
     gemv_args g = {.y = cs->logits, .rows = c->vocab_size, .cols = c->dim, .in = GEMV_IN_RMSNORM,
                    .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm, .eps = (float)c->rms_eps, .x_max = x_max};
     set_mat(&g, &cs->cm->lm_head);
-    if (stream_head_blocks(cs) == 0) {
-        g.steal = steal;
+    if (stream_head_blocks(cs) == 0)
         TRY(launch_gemv(lc, &g));
-        g.steal = NULL;
-    }
     for (int b = 0; b < stream_head_blocks(cs); b++) { /* a streamed head: block by block through the slots */
         int r0 = 0, rows = 0;
         void *w = NULL;
@@ -153,7 +150,7 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
                            .emb_t = cs->cm->wt,
                            .dim = c->dim,
                            .zero = cs->in_max,
-                           .n_zero = PLAN_IN_MAX_SLOTS(c->n_layers)};
+                           .n_zero = any_max_slot(cs, c->n_layers) ? PLAN_IN_MAX_SLOTS(c->n_layers) : 0};
     return launch_argmax(lc, cs->step + STEP_ARGMAX, cs->logits, c->vocab_size, cs->argmax_scratch,
                          feed ? &f : NULL);
 }
@@ -235,15 +232,15 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
     TRY(stream_begin(cs, s, 1, false, true));
     if (!fed) {
         /* The maxima the kernels post (max_slot) start at zero. */
-        if (cudaMemsetAsync(cs->in_max, 0, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), lc->stream) !=
-            cudaSuccess)
+        if (any_max_slot(cs, c->n_layers) &&
+            cudaMemsetAsync(cs->in_max, 0, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), lc->stream) !=
+                cudaSuccess)
             return launch_fail(lc, "decode: clearing the input maxima: %s", cudaGetErrorString(cudaGetLastError()));
         TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
     }
     if (cs->fused_decode) {
         TRY(launch_decode_layers(lc, &cs->dl_args));
-        TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head),
-                 steal_slot(cs, c->n_layers, c->n_layers, 0)));
+        TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
         return stream_end(cs);
     }
     for (int l = 0; l < c->n_layers; l++) {
@@ -277,7 +274,6 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
                         .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,
                         .y_max = max_slot(cs, l, 3, &D->w_down)};
         set_mat(&gu, &D->w_gu);
-        gu.steal = steal_slot(cs, c->n_layers, l, 2);
         TRY(launch_gemv(lc, &gu));
         gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
                           .in = GEMV_IN_F32, .x = cs->gu, .x_max = gu.y_max, .y_max = max_slot(cs, l + 1, 0, reader),
@@ -286,8 +282,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         TRY(launch_gemv(lc, &down));
         TRY(stream_after_layer(cs, l));
     }
-    TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head),
-                 steal_slot(cs, c->n_layers, c->n_layers, 0)));
+    TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
     return stream_end(cs);
 }
 
@@ -331,7 +326,7 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
             TRY(launch_bias_add(lc, cs->x, D->b_down, n, dim));
         TRY(stream_after_layer(cs, l));
     }
-    TRY(head(cs, s, n, false, NULL, NULL));
+    TRY(head(cs, s, n, false, NULL));
     return stream_end(cs);
 }
 

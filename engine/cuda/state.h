@@ -109,7 +109,7 @@ struct cuda_session {
     int32_t *h_cand_ids;  /* pinned host copies of the above             */
     float *h_cand_vals;
     int32_t *step;        /* [STEP_INTS]                                 */
-    uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: maxima, then counters, zero at each decode step's start */
+    uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zero at each decode step's start */
     gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
     void *dl;             /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table and sync words */
     bool fused_decode;    /* decode runs every layer in that kernel (cuda_decode_prepare) */

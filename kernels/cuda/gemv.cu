@@ -26,7 +26,6 @@
 #include "common.cuh"
 #include "q4_pairs.cuh"
 
-
 #define GEMV_THREADS 256
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 1   /* rows a warp works on together (1 measured best on H100 for dense weights) */
@@ -300,8 +299,7 @@ struct x_f32 {
     typedef float X;
     static constexpr int STAGE = GEMV_F32_STAGE;
     static constexpr size_t TABLE = 0;
-    static constexpr bool NESTED = false, ONE_STEP = false, GLU_OK = true;
-    static constexpr int MIN_BLOCKS = 1;
+    static constexpr bool NESTED = false, ONE_STEP = false;
 };
 
 /* Dense: 16 bytes of a row (VEC elements) when rows are 16-byte aligned, else one element. */
@@ -335,8 +333,6 @@ template <typename T> struct chunk_dense<T, 1> : x_f32 {
 /* INT8: 16 weights and the scale of their group (groups are multiples of 16 here). */
 struct chunk_i8 : x_f32 {
     static constexpr int VEC = 16, PAD = 4, UNROLL = GEMV_UNROLL, ROWS = GEMV_ROWS;
-    static constexpr int MIN_BLOCKS = 2; /* two blocks an SM: at most 128 registers */
-    static constexpr bool GLU_OK = false; /* the gated product takes chunk_i8_glu */
     uint4 v;
     float s;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -371,7 +367,6 @@ struct chunk_i8 : x_f32 {
  */
 struct chunk_i8_glu : chunk_i8 {
     static constexpr int UNROLL = 4;
-    static constexpr bool GLU_OK = true;
 };
 
 /*
@@ -390,8 +385,7 @@ struct chunk_4bit {
     typedef __half X;
     static constexpr size_t TABLE = sizeof pair_s;
     static constexpr int STAGE = 4; /* groups of 8 inputs a thread stages at once without the norm weights */
-    static constexpr bool NESTED = false, ONE_STEP = false, GLU_OK = true;
-    static constexpr int MIN_BLOCKS = 2; /* two blocks an SM: at most 128 registers */
+    static constexpr bool NESTED = false, ONE_STEP = false;
     uint4 v;
     float am;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -475,7 +469,7 @@ template <k_dtype Q> struct chunk_q1 : x_f32 {
  * never waits on memory with nothing in flight.
  */
 template <typename C, int IN, bool GLU>
-__global__ void __launch_bounds__(GEMV_THREADS, C::MIN_BLOCKS) k_gemv(gemv_args a)
+__global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
     extern __shared__ float4 smem[];
     typedef typename C::X X;
@@ -487,25 +481,19 @@ __global__ void __launch_bounds__(GEMV_THREADS, C::MIN_BLOCKS) k_gemv(gemv_args 
     const int half = a.rows / 2, out_rows = GLU ? half : a.rows;
     const int lane = threadIdx.x & 31;
     const int warps_per_block = GEMV_THREADS / 32;
-    /* Warps are numbered across the blocks first, so that where row groups
-     * do not divide evenly, the warps with one more spread over the blocks. */
-    const int n_warps = gridDim.x * warps_per_block;
     const int warp = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
-    const int n_groups = (out_rows + OUT - 1) / OUT; /* row groups: OUT outputs each */
+    const int stride = gridDim.x * warps_per_block * OUT;
     const int chunks = a.cols / VEC;
     const int per_step = 32 * U;
     const int steps = (chunks + per_step - 1) / per_step; /* per row group */
-    /* Warp w takes groups w, w + n_warps, ...: `own` of them. Stealing (a.steal), each warp takes one
-     * round fewer and then groups from the rest, in turn, through the counter: multiprocessors that
-     * finish early take more (two blocks an SM start together, and a fixed share left the 8B gate/up
-     * product's SMs between 96 and 112 outputs: the last ones ended 2-3 µs after the others). */
-    const bool steal = !C::ONE_STEP && a.steal && n_groups / n_warps >= 2;
-    const int own = steal ? n_groups / n_warps - 1 : (warp < n_groups ? (n_groups - 1 - warp) / n_warps + 1 : 0);
+    const int first = warp * OUT;
+    const int groups = first < out_rows ? (out_rows - 1 - first) / stride + 1 : 0;
+    const int total = C::ONE_STEP ? min(groups * steps, 1) : groups * steps; /* one: the launcher's promise */
 
     C cur[R][U], nxt[R][U];
-    /* Load step `step` of row group gid into buf. */
-    auto load = [&](C (&buf)[R][U], int gid, int step) {
-        const int r0 = gid * OUT;
+    /* Load step k (row group k / steps, step k % steps) into buf. */
+    auto load = [&](C (&buf)[R][U], int group, int step) {
+        const int r0 = first + group * stride;
 #pragma unroll
         for (int r = 0; r < R; r++) {
             /* A row past the end re-reads the group's first row; its sum is dropped. */
@@ -523,17 +511,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, C::MIN_BLOCKS) k_gemv(gemv_args 
     float ymx = 0.0f;
     if (threadIdx.x == 0)
         blk_max = blk_done = 0; /* published by stage_input's barrier */
-    int gid = warp, idx = 0, step = 0; /* the current row group, its place in this warp's sequence, its step */
-    unsigned ticket = 0;               /* lane 0: the counter's answer for the group after the current one */
-    auto take = [&]() {
-        if (lane == 0)
-            ticket = atomicAdd(a.steal, 1u);
-    };
-    if (own > 0) {
-        load(cur, gid, 0);
-        if (steal && own == 1)
-            take();
-    }
+    if (total > 0)
+        load(cur, 0, 0);
     /* The 4-bit table reads the weights' code table, as the loads above read
      * the weights; stage_input's barrier publishes it. */
     if constexpr (C::TABLE > 0)
@@ -552,23 +531,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, C::MIN_BLOCKS) k_gemv(gemv_args 
 #pragma unroll
     for (int r = 0; r < R; r++)
         acc[r] = 0.0f;
-    for (int k = 0; own > 0; k++) {
-        const bool done = step + 1 == steps; /* the row group's last step */
-        int ng = gid, ns = step + 1;
-        if (done) {
-            ns = 0;
-            ng = idx + 1 < own ? gid + n_warps
-                 : steal       ? own * n_warps + (int)__shfl_sync(0xffffffffu, ticket, 0)
-                               : n_groups;
-        }
-        const bool more = !C::ONE_STEP && ng < n_groups;
-        if (more) {
+    int group = 0, step = 0;
+    for (int k = 0; k < total; k++) {
+        const int ng = step + 1 == steps ? group + 1 : group, ns = step + 1 == steps ? 0 : step + 1;
+        if (!C::ONE_STEP && k + 1 < total)
             load(nxt, ng, ns);
-            if (done && steal && idx + 2 >= own) /* the group after ng comes from the counter */
-                take();
-        } else { /* the last step: the next kernel may start loading its weights */
+        else /* the last step: the next kernel may start loading its weights */
             dependents_may_launch();
-        }
         if (C::ROWS > 1) { /* rows inner, under one test: their dot products share the input reads */
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -588,8 +557,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, C::MIN_BLOCKS) k_gemv(gemv_args 
                         acc[r] += cur[r][u].dot(xs + c * STRIDE);
                 }
         }
-        if (done && GLU) { /* the output is done: silu(gate) * up */
-            const int j = gid;
+        if (ns == 0 && GLU) { /* the output is done: silu(gate) * up */
+            const int j = first + group * stride;
             float g = warp_sum(acc[0]) * xscale, u = warp_sum(acc[1]) * xscale;
             acc[0] = acc[1] = 0.0f;
             if (lane == 0) {
@@ -602,8 +571,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, C::MIN_BLOCKS) k_gemv(gemv_args 
                 if (a.y_max)
                     ymx = fmaxf(ymx, fabsf(a.y_max_norm ? h * a.y_max_norm[j] : h));
             }
-        } else if (done) { /* the row group is done */
-            const int r0 = gid * OUT;
+        } else if (ns == 0) { /* the row group is done */
+            const int r0 = first + group * stride;
 #pragma unroll
             for (int r = 0; r < C::ROWS; r++) {
                 const float sum = warp_sum(acc[r]) * xscale;
@@ -619,18 +588,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, C::MIN_BLOCKS) k_gemv(gemv_args 
                 }
             }
         }
-        if (!more)
-            break;
-        if constexpr (!C::ONE_STEP)
+        if (!C::ONE_STEP)
 #pragma unroll
             for (int r = 0; r < R; r++)
 #pragma unroll
                 for (int u = 0; u < U; u++)
                     cur[r][u] = nxt[r][u];
-        if (done) {
-            gid = ng;
-            idx++;
-        }
+        group = ng;
         step = ns;
     }
     if (a.y_max && lane == 0) { /* the block's last warp posts the block's maximum (no barrier) */
@@ -670,12 +634,9 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
 template <typename C>
 static int run_input(launch_ctx *c, const gemv_args *a, size_t smem)
 {
-    if (a->glu_out) {
-        if constexpr (C::GLU_OK)
-            return a->in == GEMV_IN_RMSNORM ? run<C, GEMV_IN_RMSNORM, true>(c, a, smem)
-                                            : run<C, GEMV_IN_F32, true>(c, a, smem);
-        return launch_fail(c, "gemv: no gated product for this chunk type");
-    }
+    if (a->glu_out)
+        return a->in == GEMV_IN_RMSNORM ? run<C, GEMV_IN_RMSNORM, true>(c, a, smem)
+                                        : run<C, GEMV_IN_F32, true>(c, a, smem);
     switch (a->in) {
     case GEMV_IN_F32: return run<C, GEMV_IN_F32, false>(c, a, smem);
     case GEMV_IN_RMSNORM: return run<C, GEMV_IN_RMSNORM, false>(c, a, smem);
