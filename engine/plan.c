@@ -258,8 +258,6 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
     b.cand_vals = carve(base, &off, PLAN_CAND_MAX * sizeof(float), PLAN_ALIGN);
     b.step = carve(base, &off, PLAN_STEP_INTS * sizeof(int32_t), PLAN_ALIGN);
     b.in_max = carve(base, &off, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), PLAN_ALIGN);
-    b.xg = carve(base, &off, (uint64_t)c->dim * sizeof(float), PLAN_ALIGN);
-    b.x_ss = carve(base, &off, PLAN_SS_SLOTS * sizeof(float), PLAN_ALIGN);
     b.q4_count = carve(base, &off, PLAN_Q4_COUNTS * sizeof(uint32_t), PLAN_ALIGN);
     b.dl = carve(base, &off, PLAN_DL_BYTES(c->n_layers, c->n_kv_heads), PLAN_ALIGN);
     if (out)

@@ -48,11 +48,6 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
  * product (gemv_args.x_max): 4 slots a layer and one for the head. */
 #define PLAN_IN_MAX_SLOTS(n_layers) (4 * (uint64_t)(n_layers) + 1)
 
-/* Decode's products that write x also leave x times the next norm's
- * weights and each block's sum of x^2 (gemv_args.yg, y_ss): shares at
- * most (more blocks than this: the reader normalises x itself). */
-#define PLAN_SS_SLOTS 2048
-
 /* The persistent decode kernel (decode_layers.cu): its table of layers
  * (PLAN_DL_LAYER_BYTES a layer at most) and its sync words (op counters,
  * input maxima, attention arrivals: decode_layers_sync_words). Its
@@ -85,8 +80,6 @@ typedef struct plan_session_bufs {
     void *cand_vals; /* [PLAN_CAND_MAX] f32                     */
     void *step;      /* [PLAN_STEP_INTS] int32                  */
     void *in_max;    /* [PLAN_IN_MAX_SLOTS] u32: decode products' input maxima */
-    void *xg;        /* [dim] f32: decode's x times the next norm's weights */
-    void *x_ss;      /* [PLAN_SS_SLOTS] f32: and its sum of squares, in shares */
     void *q4_count;  /* [PLAN_Q4_COUNTS] u32: the fused 4-bit product's counters */
     void *dl;        /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table, then its sync words */
 } plan_session_bufs;

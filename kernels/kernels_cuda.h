@@ -38,7 +38,6 @@ typedef struct launch_ctx {
     void *workspace;        /* cuBLASLt workspace (device), from the arena */
     size_t workspace_bytes;
     bool fused_q4;          /* launch_gemm_q4 runs here (gemm_q4_supported) */
-    int gemv_blocks;        /* the grid of the last launch_gemv           */
     char err[256];          /* message of the last failure                */
 } launch_ctx;
 
@@ -194,17 +193,6 @@ typedef struct gemv_args {
     const unsigned *x_max;
     unsigned *y_max;
     const float *y_max_norm;
-    /* The same chain, for the norm: a product (not gated) may also write
-     * yg = y * y_max_norm and each block's sum of its y^2 into y_ss[block]
-     * (blocks past y_ss_cap write none); the RMS-normalised product after it
-     * then takes x = that yg and x_ss = those n_ss sums (launch_ctx.
-     * gemv_blocks of the writer, at most y_ss_cap), so its staging reads no
-     * norm weights (norm is then not read). */
-    float *yg;
-    float *y_ss;
-    int y_ss_cap;
-    const float *x_ss;
-    int n_ss;
 } gemv_args;
 /* Whether a's nested absmax fields are all there (am_shift in range). */
 static inline bool gemv_nested_ok(const gemv_args *a)

@@ -485,8 +485,6 @@ static void *dev_weight(k_dtype t, size_t n, float *vals, k_weight *hw)
 
 static void check_gemv_chain(launch_ctx *lc, const gemv_args *a, const float *x, const float *norm, const float *y0,
                              const float *ref, int outs, double tol);
-static void check_gemv_prenorm(launch_ctx *lc, const gemv_args *a, const float *x, const float *norm, const float *y0,
-                               const float *ref, int outs, double tol);
 
 static void check_gemv(launch_ctx *lc, k_dtype t, int rows, int cols, gemv_input in, bool acc, bool with_bias)
 {
@@ -614,76 +612,6 @@ static void check_gemv_chain(launch_ctx *lc, const gemv_args *a, const float *x,
               have, want);
     free(got), free(g);
     cudaFree(dg), cudaFree(dm);
-    check_gemv_prenorm(lc, a, x, norm, y0, ref, outs, tol);
-}
-
-/*
- * Decode's norm chain: a product (not gated) also writes y * g and its
- * blocks' sums of y^2, which must be exactly those products and add up to
- * sum y^2; an RMS-normalised product given x * norm and the sum of x^2 in
- * shares (no norm weights) must still match ref.
- */
-static void check_gemv_prenorm(launch_ctx *lc, const gemv_args *a, const float *x, const float *norm, const float *y0,
-                               const float *ref, int outs, double tol)
-{
-    const int cap = 4096;
-    float *dss = dev_alloc(cap * sizeof(float));
-    if (!a->glu_out) {
-        float *g = malloc((size_t)outs * sizeof *g);
-        fill(g, (size_t)outs, 1.0);
-        float *dg = dev_copy(g, (size_t)outs), *dyg = dev_alloc((size_t)outs * sizeof(float));
-        cudaMemcpy(a->y, y0, (size_t)a->rows * sizeof(float), cudaMemcpyHostToDevice);
-        gemv_args b = *a;
-        b.y_max_norm = dg;
-        b.yg = dyg;
-        b.y_ss = dss;
-        b.y_ss_cap = cap;
-        CHECK_MSG(launch_gemv(lc, &b) == 0, "gemv norm chain: %s", lc->err);
-        const int blocks = lc->gemv_blocks;
-        CHECK(blocks > 0 && blocks <= cap);
-        float *got = host_f32(a->y, K_F32, (size_t)outs), *yg = host_f32(dyg, K_F32, (size_t)outs);
-        float *ss = host_f32(dss, K_F32, (size_t)blocks);
-        size_t bad = 0;
-        double want = 0.0, have = 0.0;
-        for (int i = 0; i < outs; i++) {
-            bad += yg[i] != got[i] * g[i];
-            want += (double)got[i] * got[i];
-        }
-        for (int k = 0; k < blocks; k++)
-            have += ss[k];
-        CHECK_MSG(bad == 0, "gemv norm chain %s %dx%d: %zu of y * g differ", dtype_name(a->wt), a->rows, a->cols, bad);
-        CHECK_MSG(fabs(have - want) <= 1e-5 * want, "gemv norm chain %s %dx%d: sum of squares %g, want %g",
-                  dtype_name(a->wt), a->rows, a->cols, have, want);
-        CHECK_MSG(rel_err_f(got, ref, (size_t)outs) < tol, "gemv norm chain %s: output", dtype_name(a->wt));
-        free(got), free(yg), free(ss), free(g);
-        cudaFree(dg), cudaFree(dyg);
-    }
-    if (a->in == GEMV_IN_RMSNORM) {
-        /* x * norm as the staging rounds it, and sum x^2 in three unequal shares. */
-        float *xg = malloc((size_t)a->cols * sizeof *xg), sh[3] = {0, 0, 0};
-        for (int c = 0; c < a->cols; c++) {
-            xg[c] = x[c] * norm[c];
-            sh[c % 5 == 0 ? 0 : c % 2 ? 1 : 2] += x[c] * x[c];
-        }
-        float *dxg = dev_copy(xg, (size_t)a->cols);
-        cudaMemcpy(dss, sh, sizeof sh, cudaMemcpyHostToDevice);
-        cudaMemcpy(a->y, y0, (size_t)a->rows * sizeof(float), cudaMemcpyHostToDevice);
-        if (!a->accumulate)
-            cudaMemset(a->y, 0xff, (size_t)a->rows * sizeof(float));
-        gemv_args b = *a;
-        b.x = dxg;
-        b.norm = NULL;
-        b.x_ss = dss;
-        b.n_ss = 3;
-        CHECK_MSG(launch_gemv(lc, &b) == 0, "gemv pre-normalised: %s", lc->err);
-        float *got = host_f32(a->y, K_F32, (size_t)outs);
-        const double err = rel_err_f(got, ref, (size_t)outs);
-        CHECK_MSG(err < tol, "gemv pre-normalised %s %dx%d glu %d: error %.2e", dtype_name(a->wt), a->rows, a->cols,
-                  a->glu_out, err);
-        free(got), free(xg);
-        cudaFree(dxg);
-    }
-    cudaFree(dss);
 }
 
 /*

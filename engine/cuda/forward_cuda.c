@@ -119,43 +119,15 @@ static bool any_max_slot(cuda_session *cs, int n_layers)
 }
 
 /*
- * Where the product before g wrote x times g's norm weights and the shares
- * of x's sum of squares (n_ss of them; 0: it did not), g reads those.
- */
-static void prenormed(gemv_args *g, cuda_session *cs, int n_ss)
-{
-    if (n_ss > 0) {
-        g->x = cs->xg;
-        g->x_ss = cs->x_ss;
-        g->n_ss = n_ss;
-    }
-}
-
-/* A product that writes x leaves x times the next product's norm weights (y_max_norm) too. */
-static void prenorm_out(gemv_args *g, cuda_session *cs)
-{
-    g->yg = cs->xg;
-    g->y_ss = cs->x_ss;
-    g->y_ss_cap = PLAN_SS_SLOTS;
-}
-
-/* The shares the last product left (its blocks), 0 where there are more than the buffer holds. */
-static int shares_left(const launch_ctx *lc)
-{
-    return lc->gemv_blocks <= PLAN_SS_SLOTS ? lc->gemv_blocks : 0;
-}
-
-/*
  * Logits of the last row of x, and their argmax into step[STEP_ARGMAX]; a
  * decode step (feed) also leaves it as the next step's input.
  */
-static int head(cuda_session *cs, const engine_session *s, int n, bool feed, const uint32_t *x_max, int n_ss)
+static int head(cuda_session *cs, const engine_session *s, int n, bool feed, const uint32_t *x_max)
 {
     const cfg_model *c = &s->model->cfg;
     launch_ctx *lc = &cs->lc;
     gemv_args g = {.y = cs->logits, .rows = c->vocab_size, .cols = c->dim, .in = GEMV_IN_RMSNORM,
                    .x = cs->x + (size_t)(n - 1) * c->dim, .norm = cs->cm->out_norm, .eps = (float)c->rms_eps, .x_max = x_max};
-    prenormed(&g, cs, n_ss);
     set_mat(&g, &cs->cm->lm_head);
     if (stream_head_blocks(cs) == 0)
         TRY(launch_gemv(lc, &g));
@@ -268,10 +240,9 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
     }
     if (cs->fused_decode) {
         TRY(launch_decode_layers(lc, &cs->dl_args));
-        TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head), 0));
+        TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
         return stream_end(cs);
     }
-    int n_ss = 0; /* the shares of x's sum of squares the last product left with x times the next norm (0: none) */
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
         /* The product that reads x after this layer, and its norm. */
@@ -286,13 +257,11 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
             TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
             TRY(host_layer_after(cs->host, lc, l, cs->att, cs->x, !next));
             TRY(stream_after_layer(cs, l));
-            n_ss = 0;
             continue;
         }
         gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = GEMV_IN_RMSNORM, .x = cs->x,
                          .norm = D->attn_norm, .eps = eps, .x_max = max_slot(cs, l, 0, &D->wqkv)};
         set_mat(&qkv, &D->wqkv);
-        prenormed(&qkv, cs, n_ss);
         TRY(launch_gemv(lc, &qkv));
         ra.out_max = max_slot(cs, l, 1, &D->wo);
         TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
@@ -300,24 +269,20 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
                        .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),
                        .y_max_norm = D->ffn_norm};
         set_mat(&o, &D->wo);
-        prenorm_out(&o, cs);
         TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
                         .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,
                         .y_max = max_slot(cs, l, 3, &D->w_down)};
         set_mat(&gu, &D->w_gu);
-        prenormed(&gu, cs, shares_left(lc));
         TRY(launch_gemv(lc, &gu));
         gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
                           .in = GEMV_IN_F32, .x = cs->gu, .x_max = gu.y_max, .y_max = max_slot(cs, l + 1, 0, reader),
                           .y_max_norm = next_norm};
         set_mat(&down, &D->w_down);
-        prenorm_out(&down, cs);
         TRY(launch_gemv(lc, &down));
-        n_ss = shares_left(lc);
         TRY(stream_after_layer(cs, l));
     }
-    TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head), n_ss));
+    TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
     return stream_end(cs);
 }
 
@@ -361,7 +326,7 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
             TRY(launch_bias_add(lc, cs->x, D->b_down, n, dim));
         TRY(stream_after_layer(cs, l));
     }
-    TRY(head(cs, s, n, false, NULL, 0));
+    TRY(head(cs, s, n, false, NULL));
     return stream_end(cs);
 }
 

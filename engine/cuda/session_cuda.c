@@ -38,8 +38,6 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->cand_vals = b.cand_vals;
     cs->step = b.step;
     cs->in_max = b.in_max;
-    cs->xg = b.xg;
-    cs->x_ss = b.x_ss;
     /* The fused 4-bit product never runs beside the decoding into deq (both are prefill's, on one stream), so
      * its split tiles' partial sums use deq's bytes. */
     cs->q4_work.part = b.deq;

@@ -110,8 +110,6 @@ struct cuda_session {
     float *h_cand_vals;
     int32_t *step;        /* [STEP_INTS]                                 */
     uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zero at each decode step's start */
-    float *xg;            /* [dim] decode: x times the next product's norm weights */
-    float *x_ss;          /* [PLAN_SS_SLOTS] and x's sum of squares, a share a block */
     gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
     void *dl;             /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table and sync words */
     bool fused_decode;    /* decode runs every layer in that kernel (cuda_decode_prepare) */

@@ -69,18 +69,6 @@ __device__ float publish_input(float ss, int cols, float eps)
 }
 
 /*
- * The sum of squares a pre-normalised input's writer left in n_ss shares
- * (gemv_args.x_ss), spread over the block's threads for publish_input.
- */
-__device__ __forceinline__ float shares_of(const float *x_ss, int n_ss)
-{
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < n_ss; i += blockDim.x)
-        ss += x_ss[i];
-    return ss;
-}
-
-/*
  * The input vector in fp32 (times the norm weights for RMSNorm), built
  * once per block into xs[cols] in one pass of 16-byte loads, several in
  * flight a thread: a block waits for this before its first product. With
@@ -89,12 +77,11 @@ __device__ __forceinline__ float shares_of(const float *x_ss, int n_ss)
  * what the sums are multiplied by (1 / rms for RMSNorm).
  */
 template <int IN, int P, int SB_PLAIN>
-__device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps, const unsigned *,
-                             const float *x_ss, int n_ss)
+__device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps, const unsigned *)
 {
-    const bool rms = IN == GEMV_IN_RMSNORM, pre = rms && x_ss; /* pre: x is already times the norm weights */
-    const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && (!rms || pre || (uintptr_t)norm % 16 == 0);
-    float ss = pre ? shares_of(x_ss, n_ss) : 0.0f;
+    const bool rms = IN == GEMV_IN_RMSNORM;
+    const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && (!rms || (uintptr_t)norm % 16 == 0);
+    float ss = 0.0f;
     if (vec) {
         const int n4 = cols / 4;
         constexpr int SB = rms ? 4 : SB_PLAIN; /* groups of 4 a thread at once: loads first, as the fp16 staging below */
@@ -105,7 +92,7 @@ __device__ float stage_input(float *xs, const float *x, const float *norm, int c
                 const int j = j0 + b * blockDim.x;
                 if (j < n4) {
                     vb[b] = reinterpret_cast<const float4 *>(x)[j];
-                    if (rms && !pre)
+                    if (rms)
                         gb[b] = reinterpret_cast<const float4 *>(norm)[j];
                 }
             }
@@ -115,7 +102,7 @@ __device__ float stage_input(float *xs, const float *x, const float *norm, int c
                 if (j >= n4)
                     break;
                 float4 v = vb[b];
-                if (rms && !pre) {
+                if (rms) {
                     const float4 g = gb[b];
                     ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
                     v.x *= g.x;
@@ -129,7 +116,7 @@ __device__ float stage_input(float *xs, const float *x, const float *norm, int c
     } else {
         for (int j = threadIdx.x; j < cols; j += blockDim.x) {
             float v = x[j];
-            if (rms && !pre) {
+            if (rms) {
                 ss += v * v;
                 v *= norm[j];
             }
@@ -184,12 +171,12 @@ __device__ __forceinline__ void load8(float *f, const float *v, int g, bool vec)
  */
 template <int IN, int P, int SB_PLAIN>
 __device__ float stage_input(__half *xs, const float *x, const float *norm, int cols, float eps,
-                             const unsigned *x_max, const float *x_ss, int n_ss)
+                             const unsigned *x_max)
 {
-    const bool rms = IN == GEMV_IN_RMSNORM, pre = rms && x_ss; /* pre: x is already times the norm weights */
-    const bool vec = (uintptr_t)x % 16 == 0 && (!rms || pre || (uintptr_t)norm % 16 == 0);
+    const bool rms = IN == GEMV_IN_RMSNORM;
+    const bool vec = (uintptr_t)x % 16 == 0 && (!rms || (uintptr_t)norm % 16 == 0);
     const int n8 = cols / 8;
-    float ss = pre ? shares_of(x_ss, n_ss) : 0.0f, v[8], g[8];
+    float ss = 0.0f, v[8], g[8];
     /* Biased exponent e of the largest value: the scale is 2^(138 - e). At
      * least 12 keeps both factors normal; inf (e = 255) stays inf. */
     int e;
@@ -201,13 +188,13 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
         float mx = 0.0f;
         for (int j = threadIdx.x; j < n8; j += blockDim.x) {
             load8(v, x, j, vec);
-            if (rms && !pre)
+            if (rms)
                 load8(g, norm, j, vec);
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                if (rms && !pre)
+                if (rms)
                     ss += v[i] * v[i];
-                mx = fmaxf(mx, fabsf(rms && !pre ? v[i] * g[i] : v[i]));
+                mx = fmaxf(mx, fabsf(rms ? v[i] * g[i] : v[i]));
             }
         }
         const float2 r = block_sum_max(ss, mx);
@@ -230,7 +217,7 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
             const int j = j0 + b * blockDim.x;
             if (j < n8) {
                 load8(vb[b], x, j, vec);
-                if (rms && !pre)
+                if (rms)
                     load8(gb[b], norm, j, vec);
             }
         }
@@ -243,10 +230,10 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
             __half2 h[4];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                if (rms && !pre && x_max)
+                if (rms && x_max)
                     ss += xb[2 * i] * xb[2 * i] + xb[2 * i + 1] * xb[2 * i + 1];
-                h[i] = rms && !pre ? __floats2half2_rn(xb[2 * i] * nb[2 * i] * f, xb[2 * i + 1] * nb[2 * i + 1] * f)
-                                   : __floats2half2_rn(xb[2 * i] * f, xb[2 * i + 1] * f);
+                h[i] = rms ? __floats2half2_rn(xb[2 * i] * nb[2 * i] * f, xb[2 * i + 1] * nb[2 * i + 1] * f)
+                           : __floats2half2_rn(xb[2 * i] * f, xb[2 * i + 1] * f);
             }
             *reinterpret_cast<uint4 *>(xs + 8 * j + 8 * j / P * 8) = *reinterpret_cast<const uint4 *>(h); /* P: 32 */
         }
@@ -519,11 +506,9 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
             }
         }
     };
-    /* y_max: the largest |output * y_max_norm| of the block, then of the grid; y_ss: the block's sum of
-     * output^2, from its warps' sums in their order. */
+    /* y_max: the largest |output * y_max_norm| of the block, then of the grid. */
     __shared__ unsigned blk_max, blk_done;
-    __shared__ float blk_ss[GEMV_THREADS / 32];
-    float ymx = 0.0f, yss = 0.0f;
+    float ymx = 0.0f;
     if (threadIdx.x == 0)
         blk_max = blk_done = 0; /* published by stage_input's barrier */
     if (total > 0)
@@ -540,8 +525,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
      * read only after this wait. */
     dependency_wait();
     /* The input, scaled where fp16: the sums are multiplied by xscale. */
-    const float xscale =
-        stage_input<IN, C::PAD ? VEC : 0, C::STAGE>(xs, a.x, a.norm, a.cols, a.eps, a.x_max, a.x_ss, a.n_ss);
+    const float xscale = stage_input<IN, C::PAD ? VEC : 0, C::STAGE>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
 
     float acc[R];
 #pragma unroll
@@ -599,13 +583,8 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
                     if (a.accumulate)
                         v += a.y[i];
                     a.y[i] = v;
-                    const float vg = a.y_max_norm ? v * a.y_max_norm[i] : v; /* as the next product's staging rounds it */
                     if (a.y_max)
-                        ymx = fmaxf(ymx, fabsf(vg));
-                    if (a.yg) {
-                        a.yg[i] = vg;
-                        yss += v * v;
-                    }
+                        ymx = fmaxf(ymx, fabsf(a.y_max_norm ? v * a.y_max_norm[i] : v));
                 }
             }
         }
@@ -618,21 +597,11 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
         group = ng;
         step = ns;
     }
-    if ((a.y_max || a.y_ss) && lane == 0) { /* the block's last warp posts the block's results (no barrier) */
-        if (a.y_max)
-            atomicMax(&blk_max, __float_as_uint(ymx));
-        blk_ss[threadIdx.x >> 5] = yss;
+    if (a.y_max && lane == 0) { /* the block's last warp posts the block's maximum (no barrier) */
+        atomicMax(&blk_max, __float_as_uint(ymx));
         __threadfence_block();
-        if (atomicAdd(&blk_done, 1u) == (unsigned)(warps_per_block - 1)) {
-            if (a.y_max)
-                atomicMax(a.y_max, atomicOr(&blk_max, 0u));
-            if (a.y_ss && (int)blockIdx.x < a.y_ss_cap) {
-                float t = 0.0f;
-                for (int w = 0; w < warps_per_block; w++)
-                    t += reinterpret_cast<volatile float *>(blk_ss)[w];
-                a.y_ss[blockIdx.x] = t;
-            }
-        }
+        if (atomicAdd(&blk_done, 1u) == (unsigned)(warps_per_block - 1))
+            atomicMax(a.y_max, atomicOr(&blk_max, 0u));
     }
 }
 
@@ -656,7 +625,6 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     long blocks = (long)c->n_sms * per_sm;
     if (blocks > needed)
         blocks = needed;
-    c->gemv_blocks = (int)blocks;
     cudaError_t e = launch_pdl(kern, dim3((unsigned)blocks), dim3(GEMV_THREADS), smem, c->stream, *a);
     if (e != cudaSuccess)
         return launch_fail(c, "gemv: %s", cudaGetErrorString(e));
@@ -728,10 +696,8 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
 {
     if (!a->y || !a->w || !a->x || a->rows <= 0 || a->cols <= 0)
         return launch_fail(c, "gemv: bad arguments (rows %d, cols %d)", a->rows, a->cols);
-    if (a->in == GEMV_IN_RMSNORM && !a->norm && !a->x_ss)
+    if (a->in == GEMV_IN_RMSNORM && !a->norm)
         return launch_fail(c, "gemv: RMSNorm input without norm weights");
-    if (!a->yg != !a->y_ss || (a->yg && a->glu_out) || (a->x_ss && (a->in != GEMV_IN_RMSNORM || a->n_ss <= 0)))
-        return launch_fail(c, "gemv: a pre-normalised output or input without its parts");
     if (a->glu_out && (a->rows % 2 || a->accumulate))
         return launch_fail(c, "gemv: a gated output needs an even row count and no accumulation");
     /* The input in fp32, with 4 spare words every 16 columns at most (tables are static). */
