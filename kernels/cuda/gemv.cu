@@ -299,7 +299,7 @@ struct x_f32 {
     typedef float X;
     static constexpr int STAGE = GEMV_F32_STAGE;
     static constexpr size_t TABLE = 0;
-    static constexpr bool NESTED = false, ONE_STEP = false;
+    static constexpr bool NESTED = false, ONE_STEP = false, SPREAD = false;
 };
 
 /* Dense: 16 bytes of a row (VEC elements) when rows are 16-byte aligned, else one element. */
@@ -385,7 +385,7 @@ struct chunk_4bit {
     typedef __half X;
     static constexpr size_t TABLE = sizeof pair_s;
     static constexpr int STAGE = 4; /* groups of 8 inputs a thread stages at once without the norm weights */
-    static constexpr bool NESTED = false, ONE_STEP = false;
+    static constexpr bool NESTED = false, ONE_STEP = false, SPREAD = true;
     uint4 v;
     float am;
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
@@ -481,7 +481,13 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     const int half = a.rows / 2, out_rows = GLU ? half : a.rows;
     const int lane = threadIdx.x & 31;
     const int warps_per_block = GEMV_THREADS / 32;
-    const int warp = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
+    /* SPREAD (the 4-bit gated product): warp w of block b is warp b + w * blocks, so that the last,
+     * partial round of outputs spreads over every block instead of filling the first blocks' warps and
+     * leaving the others' SMs idle (a multiprocessor streams at about a fixed rate). H100: 1B nf4
+     * 1,630 -> 1,696 tok/s (8,192 outputs for 2,112 warps: 3.9 rounds), 8B nf4-dq +0.3%; int8's gated
+     * product measured 0.6% slower that way, and the head no different. */
+    const int warp = GLU && C::SPREAD ? (threadIdx.x >> 5) * gridDim.x + blockIdx.x
+                                      : blockIdx.x * warps_per_block + (threadIdx.x >> 5);
     const int stride = gridDim.x * warps_per_block * OUT;
     const int chunks = a.cols / VEC;
     const int per_step = 32 * U;
