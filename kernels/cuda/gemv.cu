@@ -484,8 +484,8 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     /* SPREAD (the 4-bit gated product): warp w of block b is warp b + w * blocks, so that the last,
      * partial round of outputs spreads over every block instead of filling the first blocks' warps and
      * leaving the others' SMs idle (a multiprocessor streams at about a fixed rate). H100: 1B nf4
-     * 1,630 -> 1,696 tok/s (8,192 outputs for 2,112 warps: 3.9 rounds), 8B nf4-dq +0.3%; int8's gated
-     * product measured 0.6% slower that way, and the head no different. */
+     * 1,630 -> 1,690 tok/s (8,192 outputs for 2,112 warps: 3.9 rounds), 8B nf4 406 -> 415, 8B nf4-dq
+     * unchanged; int8's gated product measured 0.6% slower that way, and the head no different. */
     const int warp = GLU && C::SPREAD ? (threadIdx.x >> 5) * gridDim.x + blockIdx.x
                                       : blockIdx.x * warps_per_block + (threadIdx.x >> 5);
     const int stride = gridDim.x * warps_per_block * OUT;
