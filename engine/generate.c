@@ -44,15 +44,14 @@ static int32_t sample_on_device(engine_session *s, engine_sampler *smp, engine_s
 #ifdef ENGINE_HAVE_CUDA
 /*
  * Greedy on the device, pipelined: evaluate id (unless it is already
- * queued: *queued) and, when the loop may go on (ahead > 0 more steps),
- * queue the step of its argmax before waiting, so the GPU runs while the
- * host handles id.
+ * queued: *queued) and, when the loop may go on (more), queue the step of
+ * its argmax before waiting, so the GPU runs while the host handles id.
  */
-static engine_status greedy_next(engine_session *s, int32_t id, int ahead, bool *queued, int32_t *next)
+static engine_status greedy_next(engine_session *s, int32_t id, bool more, bool *queued, int32_t *next)
 {
-    engine_status st = *queued ? ENGINE_OK : cuda_greedy_queue(s, id, 0, &s->err);
+    engine_status st = *queued ? ENGINE_OK : cuda_greedy_queue(s, id, &s->err);
     *queued = false;
-    if (!st && ahead > 0 && s->n_past + 1 < s->n_ctx && (st = cuda_greedy_queue(s, -1, ahead, &s->err)) == ENGINE_OK)
+    if (!st && more && s->n_past + 1 < s->n_ctx && (st = cuda_greedy_queue(s, -1, &s->err)) == ENGINE_OK)
         *queued = true;
     if (!st)
         st = cuda_greedy_take(s, next, &s->err);
@@ -171,7 +170,7 @@ engine_status engine_generate(engine_session *s, const int32_t *prompt, size_t n
         }
 #ifdef ENGINE_HAVE_CUDA
         if (device_greedy) {
-            st = greedy_next(s, id, p.n_predict - i - 2, &queued, &next);
+            st = greedy_next(s, id, i + 2 < p.n_predict, &queued, &next);
             continue;
         }
 #endif

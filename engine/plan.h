@@ -18,7 +18,7 @@
 #define PLAN_CUDA_BATCH 512                   /* tokens per GPU pass (session.c)                */
 #define PLAN_ARGMAX_SCRATCH 1028              /* launch_argmax_scratch(): 128 x 8 bytes, a count */
 #define PLAN_CAND_MAX 4096                    /* sampling candidates copied to the host at most */
-#define PLAN_STEP_INTS 20                     /* the decode step's device ints (cuda/state.h)   */
+#define PLAN_STEP_INTS 8                      /* the decode step's device ints (cuda/state.h)   */
 #define PLAN_Q4_COUNTS 256                    /* gemm_q4_work.count: a CTA each, 132 on an H100 */
 #define PLAN_GRANULARITY ((uint64_t)2 << 20)  /* arena regions map in 2 MiB units (HARDWARE.md) */
 

@@ -127,8 +127,7 @@ int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, in
 typedef struct argmax_feed {
     int32_t *token; /* [1] */
     int32_t *pos;   /* [1] */
-    int32_t *ring;  /* [ring_mask + 1]: slot pos & ring_mask */
-    int ring_mask;
+    int32_t *ring;  /* [2] */
     float *x;       /* [dim], or NULL */
     const void *emb;
     k_dtype emb_t;

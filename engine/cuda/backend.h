@@ -41,16 +41,12 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
  * step's input, so step k+1 is queued before the host reads token k:
  * cuda_greedy_queue() queues one step at s->n_past plus those queued, of
  * token id (id >= 0, nothing queued) or of the queued step's argmax
- * (id < 0, one queued). `ahead` (id < 0) is how many steps the caller may
- * still take, this one included: where that is a whole run, the steps
- * after this one are launched with it, in one graph, and later calls take
- * them without launching. cuda_greedy_take() waits for the oldest,
- * accounts it (s->tokens, s->n_past) and gives its argmax.
- * cuda_greedy_drop() waits for and discards what is queued or launched
- * (the KV rows it wrote are past n_past; the device logits are evaluated
- * again when next needed).
+ * (id < 0, one queued). cuda_greedy_take() waits for the oldest, accounts
+ * it (s->tokens, s->n_past) and gives its argmax. cuda_greedy_drop() waits
+ * for and discards what is queued (the KV rows it wrote are past n_past;
+ * the device logits are evaluated again when next needed).
  */
-engine_status cuda_greedy_queue(engine_session *s, int32_t id, int ahead, err_buf *e);
+engine_status cuda_greedy_queue(engine_session *s, int32_t id, err_buf *e);
 engine_status cuda_greedy_take(engine_session *s, int32_t *next, err_buf *e);
 void cuda_greedy_drop(engine_session *s);
 

@@ -145,7 +145,6 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
     const argmax_feed f = {.token = cs->step + STEP_TOKEN,
                            .pos = cs->step + STEP_POS,
                            .ring = cs->ring,
-                           .ring_mask = STEP_RING_N - 1,
                            .x = cs->x,
                            .emb = cs->cm->tok_emb,
                            .emb_t = cs->cm->wt,
@@ -171,11 +170,7 @@ engine_status cuda_decode_prepare(cuda_session *cs, const engine_session *s, err
 {
     const engine_model *m = s->model;
     const cfg_model *c = &m->cfg;
-    const char *env = getenv("ENGINE_DECODE"), *run = getenv("ENGINE_DECODE_RUN");
-    /* Runs of greedy steps in one launch where every layer is resident (a streamed or hosted layer's
-     * copies and host work are ordered per step). ENGINE_DECODE_RUN=N sets the length (1: none). */
-    cs->run_len = cs->ss || cs->host ? 1 : run ? atoi(run) : DECODE_RUN;
-    cs->run_len = cs->run_len < 1 ? 1 : cs->run_len > DECODE_RUN ? DECODE_RUN : cs->run_len;
+    const char *env = getenv("ENGINE_DECODE");
     cs->fused_decode = false;
     if (!env || strcmp(env, "fused") != 0 || cs->ss || cs->host || cs->kvt != K_F16 || c->n_layers < 1)
         return ENGINE_OK;
@@ -337,17 +332,13 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
 
 /*
  * A decode graph: the layers and the argmax, which leaves the next step's
- * input on the device and its choice in ring slot pos % STEP_RING_N (host
- * memory). With host_input the step's token and position are copied in
- * first; the other graphs take what the previous step left, `steps` steps
- * in a row. (The ring copied out by a memcpy node cost ~10 us a token,
- * 0.5% of an 8B's, on an H100.) Within a graph each step's first product
- * is a programmatic dependent of the step before's argmax, like any two
- * kernels of a step; between two graph launches the next step's first
- * kernel starts only once the graph before has ended.
+ * input on the device and its choice in ring slot pos & 1 (host memory).
+ * With host_input the step's token and position are copied in first; the
+ * other graph takes what the previous step left. (The ring copied out by a
+ * memcpy node cost ~10 us a token, 0.5% of an 8B's, on an H100.)
  */
-static engine_status capture(cuda_session *cs, const engine_session *s, bool host_input, int steps,
-                             cudaGraphExec_t *exec, err_buf *e)
+static engine_status capture(cuda_session *cs, const engine_session *s, bool host_input, cudaGraphExec_t *exec,
+                             err_buf *e)
 {
     cudaStream_t st = cs->lc.stream;
     cudaGraph_t g = NULL;
@@ -356,9 +347,7 @@ static engine_status capture(cuda_session *cs, const engine_session *s, bool hos
         return err_set(e, ENGINE_ERR_CUDA, "CUDA graph capture: %s", cudaGetErrorString(ce));
     if (host_input)
         cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
-    int rc = 0;
-    for (int i = 0; i < steps && rc == 0; i++)
-        rc = decode_launches(cs, s, !host_input);
+    int rc = decode_launches(cs, s, !host_input);
     ce = cudaStreamEndCapture(st, &g);
     if (rc != 0) {
         if (g)
@@ -377,27 +366,23 @@ static engine_status capture(cuda_session *cs, const engine_session *s, bool hos
 }
 
 /*
- * Queue decode steps at positions pos .. pos + steps - 1: one of token id,
- * or (id < 0) `steps` of the last step's argmax (1 or cs->run_len), and
- * record the event they wait for. Nothing may be queued that has not yet
- * read h_step when id >= 0 (the graph's first copy reads it).
+ * Queue one decode step at position pos, of token id or (id < 0) of the
+ * last step's argmax, and record its event. Nothing may be queued that has
+ * not yet read h_step when id >= 0 (the graph's first copy reads it).
  */
-static engine_status launch_step(engine_session *s, int32_t id, int pos, int steps, err_buf *e)
+static engine_status launch_step(engine_session *s, int32_t id, int pos, err_buf *e)
 {
     cuda_session *cs = s->cuda;
-    cudaGraphExec_t *g = id >= 0 ? &cs->graph : steps > 1 ? &cs->graph_run : &cs->graph_fb;
-    if (!*g && capture(cs, s, id >= 0, steps, g, e) != ENGINE_OK)
+    cudaGraphExec_t *g = id >= 0 ? &cs->graph : &cs->graph_fb;
+    if (!*g && capture(cs, s, id >= 0, g, e) != ENGINE_OK)
         return e->code;
     if (id >= 0) {
         cs->h_step[STEP_TOKEN] = id;
         cs->h_step[STEP_POS] = pos;
     }
-    const int last = (pos + steps - 1) % STEP_RING_N;
     cudaError_t ce = cudaGraphLaunch(*g, cs->lc.stream);
     if (ce == cudaSuccess)
-        ce = cudaEventRecord(cs->step_done[last], cs->lc.stream);
-    for (int i = 0; i < steps; i++)
-        cs->done_at[(pos + i) % STEP_RING_N] = (uint8_t)last;
+        ce = cudaEventRecord(cs->step_done[pos & 1], cs->lc.stream);
     return ce == cudaSuccess ? ENGINE_OK : err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
 }
 
@@ -407,7 +392,7 @@ static engine_status refresh_logits(engine_session *s, err_buf *e)
     cuda_session *cs = s->cuda;
     if (!cs->logits_stale)
         return ENGINE_OK;
-    engine_status st = launch_step(s, s->tokens[s->n_past - 1], s->n_past - 1, 1, e);
+    engine_status st = launch_step(s, s->tokens[s->n_past - 1], s->n_past - 1, e);
     cudaError_t ce = st ? cudaSuccess : cudaStreamSynchronize(cs->lc.stream);
     if (!st && ce != cudaSuccess)
         st = err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
@@ -425,7 +410,7 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
     cuda_greedy_drop(s);
     cs->logits_stale = false; /* this pass writes them */
     if (n == 1) {
-        engine_status es = launch_step(s, ids[0], s->n_past, 1, e);
+        engine_status es = launch_step(s, ids[0], s->n_past, e);
         if (es)
             return es;
     } else {
@@ -442,7 +427,7 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
                                  cudaMemcpyDeviceToHost, st);
     }
     if (ce == cudaSuccess && n == 1 && cs->host) /* sleep while the CPU works (a blocking-sync event) */
-        ce = cudaEventSynchronize(cs->step_done[cs->done_at[s->n_past % STEP_RING_N]]);
+        ce = cudaEventSynchronize(cs->step_done[s->n_past & 1]);
     if (ce == cudaSuccess && want_logits)
         ce = cudaMemcpyAsync(s->logits, cs->logits, (size_t)s->model->cfg.vocab_size * sizeof(float),
                              cudaMemcpyDeviceToHost, st);
@@ -451,29 +436,21 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
     if (ce != cudaSuccess)
         return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
     if (argmax)
-        *argmax = n == 1 ? cs->h_step[STEP_RING + s->n_past % STEP_RING_N] : cs->h_step[STEP_ARGMAX];
+        *argmax = n == 1 ? cs->h_step[STEP_RING + (s->n_past & 1)] : cs->h_step[STEP_ARGMAX];
     s->n_past += n;
     return ENGINE_OK;
 }
 
-engine_status cuda_greedy_queue(engine_session *s, int32_t id, int ahead, err_buf *e)
+engine_status cuda_greedy_queue(engine_session *s, int32_t id, err_buf *e)
 {
     cuda_session *cs = s->cuda;
     const int pos = s->n_past + cs->q_n;
-    if (cs->q_n != (id >= 0 ? 0 : 1) || (id >= 0 && cs->q_ahead > 0) || pos >= s->n_ctx)
+    if (cs->q_n != (id >= 0 ? 0 : 1) || pos >= s->n_ctx)
         return err_set(e, ENGINE_ERR_INVALID_ARG, "greedy decode: cannot queue %s at position %d with %d queued",
                        id >= 0 ? "a token" : "the next step", pos, cs->q_n);
-    if (id < 0 && cs->q_ahead > 0) { /* launched with the run before */
-        cs->q_ahead--;
-        cs->q_n++;
-        return ENGINE_OK;
-    }
-    /* A whole run where the caller may take that many and the context holds them; else one step. */
-    const int steps = id < 0 && cs->run_len > 1 && ahead >= cs->run_len && pos + cs->run_len <= s->n_ctx ? cs->run_len : 1;
-    engine_status st = launch_step(s, id, pos, steps, e);
+    engine_status st = launch_step(s, id, pos, e);
     if (st)
         return st;
-    cs->q_ahead = steps - 1;
     if (id >= 0)
         cs->q_first_in = id;
     cs->q_n++;
@@ -488,14 +465,14 @@ engine_status cuda_greedy_take(engine_session *s, int32_t *next, err_buf *e)
         return err_set(e, ENGINE_ERR_INVALID_ARG, "greedy decode: nothing queued");
     const int pos = s->n_past;
     /* Only the oldest step is waited for; the one queued after it runs on. */
-    cudaError_t ce = cudaEventSynchronize(cs->step_done[cs->done_at[pos % STEP_RING_N]]);
+    cudaError_t ce = cudaEventSynchronize(cs->step_done[pos & 1]);
     if (ce != cudaSuccess) {
         cuda_greedy_drop(s);
         return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
     }
     s->tokens[pos] = cs->q_first_in;
     /* A step queued after this one takes this one's argmax as its input. */
-    cs->q_first_in = *next = cs->h_step[STEP_RING + pos % STEP_RING_N];
+    cs->q_first_in = *next = cs->h_step[STEP_RING + (pos & 1)];
     cs->q_n--;
     s->n_past++;
     return ENGINE_OK;
@@ -504,10 +481,10 @@ engine_status cuda_greedy_take(engine_session *s, int32_t *next, err_buf *e)
 void cuda_greedy_drop(engine_session *s)
 {
     cuda_session *cs = s->cuda;
-    if (cs->q_n == 0 && cs->q_ahead == 0)
+    if (cs->q_n == 0)
         return;
     cudaStreamSynchronize(cs->lc.stream);
-    cs->q_n = cs->q_ahead = 0;
+    cs->q_n = 0;
     cs->logits_stale = true;
 }
 

@@ -109,7 +109,7 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
         ce = cudaMemsetAsync(cs->q4_work.count, 0, PLAN_Q4_COUNTS * sizeof(uint32_t), cs->lc.stream);
     /* With hosted layers the CPU is busy during a step: the thread waiting for it sleeps rather than spins. */
     const unsigned done_flags = cudaEventDisableTiming | (cs->host ? cudaEventBlockingSync : 0);
-    for (int i = 0; i < STEP_RING_N && ce == cudaSuccess; i++)
+    for (int i = 0; i < 2 && ce == cudaSuccess; i++)
         ce = cudaEventCreateWithFlags(&cs->step_done[i], done_flags);
     if (ce == cudaSuccess)
         ce = cudaMallocHost((void **)&cs->h_ids, (size_t)s->n_batch * sizeof(int32_t));
@@ -167,9 +167,7 @@ void cuda_session_free(cuda_session *cs)
         cudaGraphExecDestroy(cs->graph);
     if (cs->graph_fb)
         cudaGraphExecDestroy(cs->graph_fb);
-    if (cs->graph_run)
-        cudaGraphExecDestroy(cs->graph_run);
-    for (int i = 0; i < STEP_RING_N; i++)
+    for (int i = 0; i < 2; i++)
         if (cs->step_done[i])
             cudaEventDestroy(cs->step_done[i]);
     stream_session_free(cs);

@@ -73,15 +73,10 @@ struct cuda_model {
 /*
  * Device ints a decode step reads and writes: its input token and position
  * (one copy in, or left there by the previous step's argmax), the argmax,
- * the sampling candidates' count, and the ring each decode step writes its
- * argmax to (slot pos % STEP_RING_N, in mapped host memory: no copy out).
- * The ring holds every step in flight: one launch of DECODE_RUN steps, the
- * one taken before it and the one being read.
+ * the sampling candidates' count, and the two-slot ring each decode step
+ * writes its argmax to (slot pos & 1; one copy out).
  */
-#define DECODE_RUN 8 /* greedy decode steps one graph launch queues at most */
-enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_COUNT = 3, STEP_RING = 4, STEP_RING_N = 16,
-       STEP_INTS = STEP_RING + STEP_RING_N };
-_Static_assert(STEP_RING_N >= DECODE_RUN + 2 && (STEP_RING_N & (STEP_RING_N - 1)) == 0, "the ring's size");
+enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_COUNT = 3, STEP_RING = 4, STEP_INTS = 8 };
 _Static_assert(STEP_INTS == PLAN_STEP_INTS, "the planner sizes the step ints");
 #define CAND_MAX PLAN_CAND_MAX /* sampling candidates copied to the host at most */
 
@@ -125,16 +120,11 @@ struct cuda_session {
     int n_splits;         /* decode attention splits                     */
     cudaGraphExec_t graph;/* one decode step of a host token; NULL until first used */
     cudaGraphExec_t graph_fb; /* one decode step of the device's last argmax */
-    cudaGraphExec_t graph_run; /* run_len such steps in a row */
-    int run_len;          /* DECODE_RUN, or ENGINE_DECODE_RUN (1: no runs) */
     uint64_t kv_bytes, act_bytes;
     /* Pipelined greedy decode (cuda_greedy_*): evaluations queued, not yet taken. */
     int q_n;              /* 0..2                                        */
-    int q_ahead;          /* steps launched past those (the rest of a run) */
     int32_t q_first_in;   /* the oldest one's input token                */
-    cudaEvent_t step_done[STEP_RING_N]; /* recorded after a launch; the step at position p waits for
-                                           step_done[done_at[p % STEP_RING_N]] */
-    uint8_t done_at[STEP_RING_N];
+    cudaEvent_t step_done[2]; /* recorded after the decode step at position p, in [p & 1] */
     bool logits_stale;    /* the device logits are a dropped evaluation's */
 };
 

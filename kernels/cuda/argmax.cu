@@ -8,7 +8,7 @@
  * boundary.) Ties go to the lowest index, as in the CPU sampler.
  *
  * With a feed, the choice also becomes the next decode step's input on the
- * device: token, position + 1, a ring the host reads (it may lie
+ * device: token, position + 1, a two-slot ring the host reads (it may lie
  * in mapped host memory, so no copy follows), and where asked the token's
  * embedding row in x and the input maxima zeroed, so the next step starts
  * with its first product instead of a memset and an embedding kernel.
@@ -64,9 +64,6 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int32_t *out, const f
 {
     __shared__ bool last;
     __shared__ int32_t chosen;
-#ifdef ARGMAX_EARLY
-    dependents_may_launch(); /* the next step's first product may start loading its weights */
-#endif
     dependency_wait(); /* the logits are the previous kernel's */
     best_t b = {-INFINITY, 0x7fffffff};
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
@@ -94,7 +91,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int32_t *out, const f
         chosen = best;
         if (feed.token) {
             const int32_t pos = *feed.pos;
-            feed.ring[pos & feed.ring_mask] = best;
+            feed.ring[pos & 1] = best;
             *feed.token = best;
             *feed.pos = pos + 1;
         }
