@@ -84,10 +84,6 @@ typedef struct rope_qkv_args {
     k_dtype kvt;
     const int *pos0;
     int n, n_heads, n_kv_heads, head_dim;
-    /* experiment: decode attention fetches these bytes into L2 (the o product's weights) */
-    const void *pf;
-    unsigned long long pf_bytes;
-    int pf_at; /* 1: before its dependency wait, 2: after the rope step, 3: after the keys */
 } rope_qkv_args;
 int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
 

@@ -16,7 +16,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,18 +264,6 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
         ra.out_max = max_slot(cs, l, 1, &D->wo);
-        { /* experiment: ENGINE_EXP_PF=AT,MB (AT 1-3: see rope_qkv_args; MB: a cap) */
-            const char *pf = getenv("ENGINE_EXP_PF");
-            int at = 0, mb = 0;
-            if (pf && sscanf(pf, "%d,%d", &at, &mb) == 2 && at > 0) {
-                const unsigned long long n = (unsigned long long)D->wo.t == K_I8 ? (unsigned long long)dim * qd
-                                             : k_dtype_is_quant(D->wo.t) ? (unsigned long long)dim * qd / 2
-                                                                         : (unsigned long long)dim * qd * k_dtype_size(D->wo.t);
-                ra.pf = D->wo.w;
-                ra.pf_bytes = n < (unsigned long long)mb << 20 ? n : (unsigned long long)mb << 20;
-                ra.pf_at = at;
-            }
-        }
         TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
         gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
                        .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),

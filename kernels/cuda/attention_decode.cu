@@ -55,19 +55,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 /* Wait until at most N committed groups of this thread are still in flight. */
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/* Experiment: this block's share of a.pf fetched into L2 by the bulk copy engine (thread 0). */
-__device__ __forceinline__ void prefetch_share(const rope_qkv_args &a)
-{
-    const unsigned blocks = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
-    const unsigned long long share = ((a.pf_bytes + blocks - 1) / blocks + 15) & ~15ull;
-    const unsigned long long lo = share * b, hi = min(lo + share, a.pf_bytes & ~15ull);
-    for (unsigned long long o = lo; o < hi; o += 32768) {
-        const unsigned n = (unsigned)min(32768ull, hi - o);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char *>(a.pf) + o), "r"(n)
-                     : "memory");
-    }
-}
-
 /* A shared-memory address in the block of the given cluster rank. */
 __device__ __forceinline__ unsigned cluster_addr(unsigned a, int rank)
 {
@@ -200,8 +187,6 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); /* waited on before the first push */
-    if (a.pf_at == 1 && tid == 0)
-        prefetch_share(a);
     dependents_may_launch(); /* the output projection may start loading its weights */
     dependency_wait();       /* the q/k/v product is complete */
 
@@ -233,8 +218,6 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         }
     }
     __syncthreads(); /* the new rows are in the cache before a later chunk reads them */
-    if (a.pf_at == 2 && tid == 0)
-        prefetch_share(a);
 
     const float scale = rsqrtf((float)hd);
     /* Value sums: a warp takes PW = 32 / S (head, granule) pairs, each in S
@@ -322,8 +305,6 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
      * a cluster of one as invalid), so a lone block stores to its own
      * shared memory and passes a block barrier instead of the mbarrier. */
     const bool alone = splits == 1;
-    if (a.pf_at == 3 && tid == 0)
-        prefetch_share(a);
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); /* every block's mbarrier is set up */
     const int owners = (n_out + mg.per - 1) / mg.per, quads = mg.per / 4, items = quads + G;
     for (int t = tid; t < owners * items; t += DEC_THREADS) {
