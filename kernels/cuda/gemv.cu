@@ -69,37 +69,6 @@ __device__ float publish_input(float ss, int cols, float eps)
 }
 
 /*
- * Staging in parts (PROG): the plain-input products (o, down) publish their
- * input a step's columns at a time, each part on an mbarrier of its own
- * (prog_parts::bar; part p holds columns [p << shift, (p + 1) << shift),
- * the last one the rest), so that a warp starts its first step once that
- * step's columns are in rather than once all of them are. Each thread
- * arrives on every part once, in order, after its last store into it.
- */
-#define GEMV_PARTS 8
-struct prog_parts {
-    uint64_t *bar; /* [GEMV_PARTS] in shared memory, each expecting blockDim.x arrivals */
-    int shift, n;  /* log2(columns a part); parts (1 .. GEMV_PARTS) */
-    int arrived;
-    __device__ __forceinline__ void arrive(uint64_t *b)
-    {
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
-    }
-    /* This thread's stores are done up to column col (exclusive of its part). */
-    __device__ __forceinline__ void reached(int col)
-    {
-        const int q = min(col >> shift, n - 1);
-        while (arrived < q)
-            arrive(&bar[arrived++]);
-    }
-    __device__ __forceinline__ void done()
-    {
-        while (arrived < n)
-            arrive(&bar[arrived++]);
-    }
-};
-
-/*
  * The input vector in fp32 (times the norm weights for RMSNorm), built
  * once per block into xs[cols] in one pass of 16-byte loads, several in
  * flight a thread: a block waits for this before its first product. With
@@ -107,9 +76,8 @@ struct prog_parts {
  * P is a multiple of 4, so a 16-byte group never straddles them). Returns
  * what the sums are multiplied by (1 / rms for RMSNorm).
  */
-template <int IN, int P, int SB_PLAIN, bool PROG>
-__device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps, const unsigned *,
-                             prog_parts &pp)
+template <int IN, int P, int SB_PLAIN>
+__device__ float stage_input(float *xs, const float *x, const float *norm, int cols, float eps, const unsigned *)
 {
     const bool rms = IN == GEMV_IN_RMSNORM;
     const bool vec = (cols % 4 == 0) && ((uintptr_t)x % 16 == 0) && (!rms || (uintptr_t)norm % 16 == 0);
@@ -134,8 +102,6 @@ __device__ float stage_input(float *xs, const float *x, const float *norm, int c
                 if (j >= n4)
                     break;
                 float4 v = vb[b];
-                if (PROG)
-                    pp.reached(4 * j);
                 if (rms) {
                     const float4 g = gb[b];
                     ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
@@ -156,10 +122,6 @@ __device__ float stage_input(float *xs, const float *x, const float *norm, int c
             }
             xs[j + (P > 0 ? j / P * 4 : 0)] = v;
         }
-    }
-    if (PROG) {
-        pp.done();
-        return 1.0f;
     }
     return publish_input<IN>(ss, cols, eps);
 }
@@ -207,9 +169,9 @@ __device__ __forceinline__ void load8(float *f, const float *v, int g, bool vec)
  * second pass reads x again, from the cache). Returns the factor that
  * undoes the scale (and applies 1 / rms where it is not in the values).
  */
-template <int IN, int P, int SB_PLAIN, bool PROG>
+template <int IN, int P, int SB_PLAIN>
 __device__ float stage_input(__half *xs, const float *x, const float *norm, int cols, float eps,
-                             const unsigned *x_max, prog_parts &pp)
+                             const unsigned *x_max)
 {
     const bool rms = IN == GEMV_IN_RMSNORM;
     const bool vec = (uintptr_t)x % 16 == 0 && (!rms || (uintptr_t)norm % 16 == 0);
@@ -240,8 +202,6 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
         e = max((__float_as_int(r.y * inv) >> 23) & 0xff, 12);
         f = inv * __int_as_float((265 - e) << 23);
         ss = 0.0f;
-        if (PROG) /* (not taken: the plain-input products get x_max) */
-            pp.done();
     }
     /* SB groups of 8 a thread at once: all their loads, then all their
      * stores. (A loop of load, then store, waited one round trip to L2 per
@@ -267,8 +227,6 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
             if (j >= n8)
                 break;
             const float *xb = vb[b], *nb = gb[b];
-            if (PROG)
-                pp.reached(8 * j);
             __half2 h[4];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -281,10 +239,6 @@ __device__ float stage_input(__half *xs, const float *x, const float *norm, int 
         }
     }
     const float undo = __int_as_float((e - 11) << 23);
-    if (PROG && x_max) {
-        pp.done();
-        return undo;
-    }
     if (x_max)
         return publish_input<IN>(ss, cols, eps) * undo;
     __syncthreads();
@@ -560,17 +514,9 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     };
     /* y_max: the largest |output * y_max_norm| of the block, then of the grid. */
     __shared__ unsigned blk_max, blk_done;
-    /* The plain-input quantized products stage in parts (prog_parts), a step's columns a part. */
-    constexpr bool PROG = IN == GEMV_IN_F32 && !GLU && C::PAD > 0 && !C::ONE_STEP;
-    __shared__ uint64_t part_bar[PROG ? GEMV_PARTS : 1];
-    prog_parts pp = {part_bar, __ffs(per_step * VEC) - 1, min(steps, GEMV_PARTS), 0};
     float ymx = 0.0f;
-    if (threadIdx.x == 0) {
-        blk_max = blk_done = 0; /* published by stage_input's barrier (PROG: the one below) */
-        if (PROG)
-            for (int i = 0; i < pp.n; i++)
-                mbar_init(&part_bar[i], blockDim.x);
-    }
+    if (threadIdx.x == 0)
+        blk_max = blk_done = 0; /* published by stage_input's barrier */
     if (total > 0)
         load(cur, 0, 0);
     /* The 4-bit table reads the weights' code table, as the loads above read
@@ -580,15 +526,12 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     if constexpr (C::NESTED)
         for (int i = threadIdx.x; i < 256; i += blockDim.x)
             am_code_s[i] = a.am_code[i];
-    if (PROG) /* the tables and the mbarriers are set before the first arrival or read */
-        __syncthreads();
     /* Launched as a programmatic dependent of the previous kernel: the
      * weight loads above overlap its tail; its outputs (our input) are
      * read only after this wait. */
     dependency_wait();
     /* The input, scaled where fp16: the sums are multiplied by xscale. */
-    const float xscale = stage_input<IN, C::PAD ? VEC : 0, C::STAGE, PROG>(xs, a.x, a.norm, a.cols, a.eps, a.x_max, pp);
-    int ready = 0; /* PROG: the parts this warp has waited for */
+    const float xscale = stage_input<IN, C::PAD ? VEC : 0, C::STAGE>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
 
     float acc[R];
 #pragma unroll
@@ -601,9 +544,6 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
             load(nxt, ng, ns);
         else /* the last step: the next kernel may start loading its weights */
             dependents_may_launch();
-        if (PROG && step >= ready) /* this step's columns are staged */
-            for (; ready <= step && ready < pp.n; ready++)
-                mbar_wait(&part_bar[ready], 0);
         if (C::ROWS > 1) { /* rows inner, under one test: their dot products share the input reads */
 #pragma unroll
             for (int u = 0; u < U; u++) {
