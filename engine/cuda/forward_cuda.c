@@ -269,8 +269,6 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
                        .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),
                        .y_max_norm = D->ffn_norm};
         set_mat(&o, &D->wo);
-        if (getenv("ENGINE_EXP_OBLK"))
-            o.max_blocks = atoi(getenv("ENGINE_EXP_OBLK"));
         TRY(launch_gemv(lc, &o));
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
                         .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,

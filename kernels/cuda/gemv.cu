@@ -631,8 +631,6 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     long blocks = (long)c->n_sms * per_sm;
     if (blocks > needed)
         blocks = needed;
-    if (a->max_blocks > 0 && blocks > a->max_blocks)
-        blocks = a->max_blocks;
     cudaError_t e = launch_pdl(kern, dim3((unsigned)blocks), dim3(GEMV_THREADS), smem, c->stream, *a);
     if (e != cudaSuccess)
         return launch_fail(c, "gemv: %s", cudaGetErrorString(e));
