@@ -84,7 +84,8 @@ __device__ float stage_input(float *xs, const float *x, const float *norm, int c
     float ss = 0.0f;
     if (vec) {
         const int n4 = cols / 4;
-        constexpr int SB = rms ? 4 : SB_PLAIN; /* groups of 4 a thread at once: loads first, as the fp16 staging below */
+        /* SB float4 groups a thread at once (4 with the norm weights' loads): loads first, as the fp16 staging below */
+        constexpr int SB = rms ? 4 : SB_PLAIN;
         for (int j0 = threadIdx.x; j0 < n4; j0 += SB * blockDim.x) {
             float4 vb[SB], gb[SB];
 #pragma unroll
