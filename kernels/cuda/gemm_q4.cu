@@ -16,7 +16,8 @@
  *     tensor copy engine (TMA), completing on the stage's mbarrier;
  *   - two consumer warpgroups, 64 weight rows each, turn their rows' bytes
  *     into the A fragments of wgmma (register operand): byte -> the two
- *     codes as a bf16 pair (a per-lane table, one conflict-free load), times
+ *     codes as a bf16 pair (byte permutes over the code table held in
+ *     registers; no shared-memory load), times
  *     the block's absmax (one HMUL2), and multiply them with the x tile
  *     (wgmma m64n128k16 or m64n256k16, B from shared memory), fp32
  *     accumulation;
@@ -35,10 +36,11 @@
  * their partial sums by the CTA holding its first piece (q4_args).
  *
  * On the H100 this beats decoding into scratch + cuBLASLt on the large
- * shapes (8B gate/up 0.222 against 0.281 ms at 512 tokens) but runs at
- * ~0.75 of cuBLASLt's bf16 speed a step: the decoding, shared-memory-
- * latency bound with two consumer warpgroups, is what is left
- * (bench/RESULTS.md).
+ * shapes (8B gate/up 0.195 against 0.279 ms at 512 tokens) and runs at
+ * 0.80-0.88 of cuBLASLt's bf16 speed on the 8B's shapes (bench/RESULTS.md).
+ * Shared memory is the contended resource: wgmma reads each stage's x tile
+ * once a consumer warpgroup, the copies fill it, so the decoding stays out
+ * of it.
  *
  * The weights reach the tensor cores as bf16(bf16(code) * bf16(absmax)),
  * where the scratch path rounds code * absmax once: within a bf16 rounding
@@ -63,22 +65,6 @@
 #define Q4_UNIT 4      /* K steps a unit of work (256 columns): the consumers' loop is unrolled by 4 */
 #define Q4_THREADS 384 /* producer warpgroup + two consumer warpgroups */
 #define Q4_A_BYTES (Q4_ROWS * Q4_K / 2)
-#if __has_include("q4_xp.h")
-#include "q4_xp.h" /* experiment switches (temporary) */
-#endif
-#ifndef Q4_XP_LUT
-#define Q4_XP_LUT 0 /* experiment: 1 = the code table in registers (prmt), no shared table */
-#endif
-#ifndef Q4_XP_SWZ
-#define Q4_XP_SWZ 0 /* experiment: 1 = the weight tile 32-byte swizzled */
-#endif
-#ifndef Q4_XP_ST1
-#define Q4_XP_ST1 6
-#endif
-#ifndef Q4_XP_ST2
-#define Q4_XP_ST2 4
-#endif
-#define Q4_TABLE_BYTES (Q4_XP_LUT ? 0 : 256 * 32 * 4)
 #define Q4_OUT_BYTES (64 * Q4_ROWS * 4) /* the output tile: 64 tokens at a time, as 4 boxes of 32 rows */
 
 /*
@@ -93,8 +79,8 @@ template <int NSUB> struct q4_shape {
     static constexpr int TOK = 128 * NSUB;
     static constexpr int B_BYTES = TOK * Q4_K * 2;
     static constexpr int STAGE_BYTES = B_BYTES + Q4_A_BYTES; /* a multiple of 1024: x tiles stay 1024-aligned */
-    static constexpr int STAGES = NSUB == 1 ? Q4_XP_ST1 : Q4_XP_ST2;
-    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + Q4_TABLE_BYTES + Q4_OUT_BYTES + 2 * STAGES * 8;
+    static constexpr int STAGES = NSUB == 1 ? 6 : 4;
+    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + Q4_OUT_BYTES + 2 * STAGES * 8;
     static constexpr size_t PART_FLOAT4 = (size_t)NSUB * 16 * 256;
 };
 
@@ -218,67 +204,57 @@ __device__ __forceinline__ void q4_fence(float (&d)[64])
 #endif
 
 /*
+ * The 16 codes as T, split into bytes: lo[i] holds the low bytes of codes
+ * 4i .. 4i + 3 (code n in byte n % 4), hi[i] their high bytes. A lookup is
+ * byte permutes in registers: 4 codes at once, no shared memory (a shared
+ * table, one load a byte, made the 8B shapes' products ~10% slower: the
+ * loads competed with wgmma's reads of x for shared-memory bandwidth).
+ */
+struct q4_lut {
+    uint32_t lo[4], hi[4];
+};
+
+/* The pairs of two bytes: t's bits 0..15 are byte A then byte B; pa = (code[A >> 4], code[A & 15]) as the
+ * low and high half (element 2j first), pb the same of B. */
+__device__ __forceinline__ void q4_lut4(const q4_lut &L, uint32_t t, uint32_t &pa, uint32_t &pb)
+{
+    /* Each nibble's low 3 bits pick among 8 codes' bytes (prmt reads bit 3 as a sign mode: masked); its
+     * bit 3 picks the upper half's result (selector byte k + 4). */
+    const uint32_t sel = t & 0x7777u, upper = ((t >> 1) & 0x4444u) | 0x3210u;
+    const uint32_t rl = __byte_perm(__byte_perm(L.lo[0], L.lo[1], sel), __byte_perm(L.lo[2], L.lo[3], sel), upper);
+    const uint32_t rh = __byte_perm(__byte_perm(L.hi[0], L.hi[1], sel), __byte_perm(L.hi[2], L.hi[3], sel), upper);
+    pa = __byte_perm(rl, rh, 0x4051u); /* rl, rh byte k: code of nibble k (A low, A high, B low, B high) */
+    pb = __byte_perm(rl, rh, 0x6273u);
+}
+
+/*
  * One consumer step: stage `st`'s bytes for rows g and g + 8 of this warp
  * -> fragments `a` (4 k16 steps x 4 registers), scaled by the rows'
  * absmax pairs s0, s1. Fragment register j of step k: (row g | g + 8) x
  * (k 2c, 2c + 1 | 2c + 8, 2c + 9) of the step, i.e. byte c of word 2k
  * (registers 0, 1) or 2k + 1 (registers 2, 3) of the row's 32 bytes.
  */
-/* The 16 codes' low bytes lo[4] and high bytes hi[4] (code n: byte n % 4 of word n / 4). Four nibbles
- * (t's bits 0..15: lo and hi nibble of byte A, then of byte B) -> the pairs of A and B. */
-struct q4_lut {
-    uint32_t lo[4], hi[4];
-};
-__device__ __forceinline__ void q4_lut4(const q4_lut &L, uint32_t t, uint32_t &pa, uint32_t &pb)
-{
-    const uint32_t sel = t & 0x7777u, sel3 = ((t >> 1) & 0x4444u) | 0x3210u;
-    const uint32_t rl = __byte_perm(__byte_perm(L.lo[0], L.lo[1], sel), __byte_perm(L.lo[2], L.lo[3], sel), sel3);
-    const uint32_t rh = __byte_perm(__byte_perm(L.hi[0], L.hi[1], sel), __byte_perm(L.hi[2], L.hi[3], sel), sel3);
-    pa = __byte_perm(rl, rh, 0x4051u); /* (code[hi nibble], code[lo nibble]) of byte A */
-    pb = __byte_perm(rl, rh, 0x6273u);
-}
-
 template <typename P>
 __device__ __forceinline__ void q4_fragments(uint32_t (&a)[16], const uint8_t *abytes, int row, unsigned c,
-                                             const uint32_t *tab, const q4_lut &L, P s0, P s1)
+                                             const q4_lut &L, P s0, P s1)
 {
 #ifdef Q4_DEVICE
     const uint4 *r0 = reinterpret_cast<const uint4 *>(abytes + row * (Q4_K / 2));
     const uint4 *r1 = reinterpret_cast<const uint4 *>(abytes + (row + 8) * (Q4_K / 2));
-#if Q4_XP_SWZ
-    const int sw = (row >> 2) & 1; /* rows r and r + 8 share it */
-    const uint4 u0 = r0[sw], u1 = r0[sw ^ 1], v0 = r1[sw], v1 = r1[sw ^ 1];
-#else
     const uint4 u0 = r0[0], u1 = r0[1], v0 = r1[0], v1 = r1[1];
-#endif
     const uint32_t w0[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
     const uint32_t w1[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#if Q4_XP_LUT
-    const unsigned gsel = c | ((c + 4) << 4);
+    const unsigned gather = c | ((c + 4) << 4); /* byte c of two words */
 #pragma unroll
-    for (int k = 0; k < 4; k++) { /* words 2k, 2k + 1: byte c of each */
-        uint32_t pa0, pb0, pa1, pb1;
-        q4_lut4(L, __byte_perm(w0[2 * k], w0[2 * k + 1], gsel), pa0, pb0);
-        q4_lut4(L, __byte_perm(w1[2 * k], w1[2 * k + 1], gsel), pa1, pb1);
-        P q;
-        q = __hmul2(*reinterpret_cast<P *>(&pa0), s0), a[4 * k] = *reinterpret_cast<uint32_t *>(&q);
-        q = __hmul2(*reinterpret_cast<P *>(&pa1), s1), a[4 * k + 1] = *reinterpret_cast<uint32_t *>(&q);
-        q = __hmul2(*reinterpret_cast<P *>(&pb0), s0), a[4 * k + 2] = *reinterpret_cast<uint32_t *>(&q);
-        q = __hmul2(*reinterpret_cast<P *>(&pb1), s1), a[4 * k + 3] = *reinterpret_cast<uint32_t *>(&q);
-    }
-    (void)tab;
-    return;
-#endif
-    const unsigned sel = 0x4440u | c;
+    for (int k = 0; k < 4; k++) {
+        uint32_t p[4]; /* row g word 2k, row g + 8 word 2k, row g word 2k + 1, row g + 8 word 2k + 1 */
+        q4_lut4(L, __byte_perm(w0[2 * k], w0[2 * k + 1], gather), p[0], p[2]);
+        q4_lut4(L, __byte_perm(w1[2 * k], w1[2 * k + 1], gather), p[1], p[3]);
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const uint32_t b0 = __byte_perm(w0[j], 0, sel), b1 = __byte_perm(w1[j], 0, sel);
-        P p0 = *reinterpret_cast<const P *>(tab + b0 * 32), p1 = *reinterpret_cast<const P *>(tab + b1 * 32);
-        p0 = __hmul2(p0, s0);
-        p1 = __hmul2(p1, s1);
-        const int k = j / 2, h = j % 2;
-        a[4 * k + 2 * h] = *reinterpret_cast<uint32_t *>(&p0);
-        a[4 * k + 2 * h + 1] = *reinterpret_cast<uint32_t *>(&p1);
+        for (int i = 0; i < 4; i++) {
+            const P q = __hmul2(*reinterpret_cast<const P *>(&p[i]), i % 2 ? s1 : s0);
+            a[4 * k + i] = *reinterpret_cast<const uint32_t *>(&q);
+        }
     }
 #endif
 }
@@ -295,8 +271,7 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     extern __shared__ uint8_t q4_smem[];
     uint8_t *base = reinterpret_cast<uint8_t *>(((uintptr_t)q4_smem + 1023) & ~(uintptr_t)1023);
     uint8_t *stages = base;
-    uint32_t *tab = reinterpret_cast<uint32_t *>(base + S::STAGES * S::STAGE_BYTES); /* [byte][lane] code pairs */
-    float *otile = reinterpret_cast<float *>(base + S::STAGES * S::STAGE_BYTES + Q4_TABLE_BYTES); /* [4 row boxes][64 tokens][32 rows], swizzled */
+    float *otile = reinterpret_cast<float *>(base + S::STAGES * S::STAGE_BYTES); /* [4 row boxes][64 tokens][32 rows], swizzled */
     uint64_t *full = reinterpret_cast<uint64_t *>(otile + 64 * Q4_ROWS), *empty = full + S::STAGES;
     const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
     const int nk = a.cols / Q4_K, me = blockIdx.x;
@@ -306,16 +281,6 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     if (NESTED)
         for (int i = tid; i < 256; i += Q4_THREADS)
             code2[i] = a.am_code[i];
-    for (int i = tid; i < 256 && !Q4_XP_LUT; i += Q4_THREADS) { /* byte i: (code[i >> 4], code[i & 15]), element 2j first */
-        P p;
-        if constexpr (BF16)
-            p = __floats2bfloat162_rn(code[i >> 4], code[i & 15]);
-        else
-            p = __floats2half2_rn(code[i >> 4], code[i & 15]);
-        const uint32_t u = *reinterpret_cast<uint32_t *>(&p);
-        for (int l = 0; l < 32; l++)
-            tab[i * 32 + l] = u;
-    }
     if (tid == 0) {
         for (int s = 0; s < S::STAGES; s++) {
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&full[s])));
@@ -326,7 +291,9 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
     __syncthreads();
 
     if (wg == 0) { /* the producer: one thread streams every stage of every piece */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        /* The CTA's 384 x 168 registers, redistributed: 128 x 24 here, 256 x 240 for the consumers (at 232,
+         * the nested two-sub-tile product spilled). */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         if (tid == 0) {
             asm volatile("prefetch.tensormap [%0];" ::"l"(&xmap) : "memory");
             asm volatile("prefetch.tensormap [%0];" ::"l"(&wmap) : "memory");
@@ -352,22 +319,21 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
         }
         return; /* (the consumers' barriers below are named ones of their 256 threads) */
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
 
     /* Consumers: warpgroup wg - 1 owns rows 64 (wg - 1) ..; warp w of it rows 16 w + g, + 8. */
     const int w = (tid / 32) % 4, g = lane / 4;
     const unsigned c = lane & 3;
     const int lrow = 64 * (wg - 1) + 16 * w + g; /* within the tile */
     const int ct = tid - 128;                    /* 0 .. 255 over both consumer warpgroups */
-    const uint32_t *mytab = tab + lane;
     q4_lut lut = {};
-    if (Q4_XP_LUT)
-        for (int n = 0; n < 16; n++) {
-            const T v = T(code[n]);
-            const uint32_t u = *reinterpret_cast<const uint16_t *>(&v);
-            lut.lo[n / 4] |= (u & 0xffu) << (8 * (n % 4));
-            lut.hi[n / 4] |= (u >> 8) << (8 * (n % 4));
-        }
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        const T v = T(__ldg(code + n)); /* rounded to nearest */
+        const uint32_t u = *reinterpret_cast<const uint16_t *>(&v);
+        lut.lo[n / 4] |= (u & 0xffu) << (8 * (n % 4));
+        lut.hi[n / 4] |= (u >> 8) << (8 * (n % 4));
+    }
     const int gshift = __ffs(a.group / Q4_K) - 1; /* a block of 64 << gshift: steps share an absmax */
     const size_t am_row = (size_t)(a.cols / a.group);
     float d[NSUB][64];
@@ -426,7 +392,7 @@ __global__ void __launch_bounds__(Q4_THREADS, 1)
             }
             mbar_wait(&full[st], (unsigned)(gs / S::STAGES) & 1u);
             const uint8_t *stage = stages + st * S::STAGE_BYTES;
-            q4_fragments<P>(f, stage + S::B_BYTES, lrow, c, mytab, lut, p0, p1);
+            q4_fragments<P>(f, stage + S::B_BYTES, lrow, c, lut, p0, p1);
             const uint64_t desc = q4_desc(stage);
 #pragma unroll
             for (int v = 0; v < NSUB; v++)
@@ -731,8 +697,7 @@ extern "C" int launch_gemm_q4(launch_ctx *c, float *y, bool accumulate, const vo
     const cuuint64_t wdim[2] = {(cuuint64_t)cols / 2, (cuuint64_t)rows}, wstride[1] = {(cuuint64_t)cols / 2};
     const cuuint32_t wbox[2] = {Q4_K / 2, Q4_ROWS};
     r = encode(&wmap, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(w->w), wdim, wstride, wbox, one,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, Q4_XP_SWZ ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return launch_fail(c, "gemm_q4: weight tensor map (error %d)", (int)r);
