@@ -5,7 +5,9 @@
  *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
- * one call (prefill), then generates --gen tokens greedily (decode); the
+ * one call (prefill), then generates --gen tokens greedily (decode), so
+ * decode reads a KV cache N to N + gen deep (--prompt 1 --gen 128 is
+ * llama-bench's tg128 shape, 128 tokens from an empty cache); the
  * first repetition warms up (graph capture, cuBLASLt plans) and is not
  * counted. Prints a table row per repetition and one JSON line with the
  * medians, the bytes each decoded token reads (weights less the embedding

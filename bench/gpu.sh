@@ -2,14 +2,20 @@
 # gpu.sh: the CUDA backend's speed on random-weight Llama-3.2-1B and
 # Llama-3.1-8B checkpoints, against the GPU's measured bandwidth: every
 # figure bench/RESULTS.md quotes for the GPU targets, in one run.
-#   bench/gpu.sh [BIN_DIR] [SCRATCH_DIR]   (BIN_DIR holds bench, gpubw, mkcheckpoint;
+#   bench/gpu.sh [BIN_DIR] [SCRATCH_DIR]   (BIN_DIR holds bench, gpubw, mkcheckpoint, quantize;
 #                                           SCRATCH_DIR needs ~19 GB free)
 #   SECTIONS="bf16 quant stream anchor" (default all of them) picks what runs:
 #     bf16    issue 3: bf16 prefill and decode, both shapes
-#     quant   issue 4: nf4 and int8 (quantized while loading), both shapes
+#     quant   issue 4: nf4 and int8 (quantized while loading), both shapes; the
+#             issue's target configurations (nf4 with double quantization and a
+#             4-bit head, int8 with an int8 head) in both decode shapes
 #     stream  issue 5: the 8B shape at --vram 8G (bf16) and 6.5G (int8), streaming
 #             alone and with hosted layers
 #     anchor  PyTorch + transformers on the same checkpoints (needs torch)
+# Decode is timed in two shapes: after a 512-token prompt (--prompt 512, the
+# KV cache 512-640 deep) and from an empty context (--prompt 1 --gen 128:
+# llama-bench's tg128, which decodes 128 tokens from a cleared cache; the
+# llama.cpp anchors in the issues are figures in that shape).
 # Prints gpubw's bandwidth line, then per run bench's table and JSON line.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +34,16 @@ for shape in llama-3.2-1b llama-3.1-8b; do
   on bf16 && run "$S/$shape" --device cuda --prompt 512 --gen 128 --reps 5
   for q in nf4 int8; do on quant && run "$S/$shape" --device cuda --prompt 512 --gen 128 --reps 3 --quant $q; done
 done
+if on quant; then
+  for shape in llama-3.2-1b llama-3.1-8b; do
+    [ -f "$S/$shape-nf4-dq/config.json" ] || "$B/quantize" "$S/$shape" "$S/$shape-nf4-dq" --type nf4 --double-quant >&2
+    for p in 512 1; do
+      run "$S/$shape-nf4-dq" --device cuda --prompt $p --gen 128 --reps 3 --quant-head nf4-dq
+      run "$S/$shape" --device cuda --prompt $p --gen 128 --reps 3 --quant int8 --quant-head int8
+    done
+  done
+  run "$S/llama-3.2-1b" --device cuda --prompt 1 --gen 128 --reps 3 --quant nf4 --quant-head int8
+fi
 if on stream; then # streaming alone (--host-layers 0), then with the hosted layers the planner picks
   for h in 0 auto; do
     hl=(); [ "$h" = 0 ] && hl=(--host-layers 0)
