@@ -3,7 +3,7 @@
 # Llama-3.1-8B checkpoints, against the GPU's measured bandwidth: every
 # figure bench/RESULTS.md quotes for the GPU targets, in one run.
 #   bench/gpu.sh [BIN_DIR] [SCRATCH_DIR]   (BIN_DIR holds bench, gpubw, mkcheckpoint, quantize;
-#                                           SCRATCH_DIR needs ~19 GB free)
+#                                           SCRATCH_DIR needs ~25 GB free)
 #   SECTIONS="bf16 quant stream anchor" (default all of them) picks what runs:
 #     bf16    issue 3: bf16 prefill and decode, both shapes
 #     quant   issue 4: nf4 and int8 (quantized while loading), both shapes; the
