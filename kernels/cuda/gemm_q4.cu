@@ -37,7 +37,7 @@
  *
  * On the H100 this beats decoding into scratch + cuBLASLt on the large
  * shapes (8B gate/up 0.195 against 0.279 ms at 512 tokens) and runs at
- * 0.80-0.88 of cuBLASLt's bf16 speed on the 8B's shapes (bench/RESULTS.md).
+ * 0.74-0.87 of cuBLASLt's bf16 speed on the 8B's shapes (bench/RESULTS.md).
  * Shared memory is the contended resource: wgmma reads each stage's x tile
  * once a consumer warpgroup, the copies fill it, so the decoding stays out
  * of it.
