@@ -259,7 +259,6 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
     b.step = carve(base, &off, PLAN_STEP_INTS * sizeof(int32_t), PLAN_ALIGN);
     b.in_max = carve(base, &off, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), PLAN_ALIGN);
     b.q4_count = carve(base, &off, PLAN_Q4_COUNTS * sizeof(uint32_t), PLAN_ALIGN);
-    b.dl = carve(base, &off, PLAN_DL_BYTES(c->n_layers, c->n_kv_heads), PLAN_ALIGN);
     if (out)
         *out = b;
     return off;

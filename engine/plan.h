@@ -48,14 +48,6 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
  * product (gemv_args.x_max): 4 slots a layer and one for the head. */
 #define PLAN_IN_MAX_SLOTS(n_layers) (4 * (uint64_t)(n_layers) + 1)
 
-/* The persistent decode kernel (decode_layers.cu): its table of layers
- * (PLAN_DL_LAYER_BYTES a layer at most) and its sync words (op counters,
- * input maxima, attention arrivals: decode_layers_sync_words). Its
- * partial results use the prefill scratch (deq), which decode leaves free. */
-#define PLAN_DL_LAYER_BYTES 128
-#define PLAN_DL_BYTES(n_layers, n_kv_heads) \
-    ((uint64_t)(n_layers) * (PLAN_DL_LAYER_BYTES + 4 * (9 + (uint64_t)(n_kv_heads))))
-
 /*
  * The activation region of a CUDA session: every buffer planned once, in
  * this order. One function both sizes it (base NULL) for the planner and
@@ -81,7 +73,6 @@ typedef struct plan_session_bufs {
     void *step;      /* [PLAN_STEP_INTS] int32                  */
     void *in_max;    /* [PLAN_IN_MAX_SLOTS] u32: decode products' input maxima */
     void *q4_count;  /* [PLAN_Q4_COUNTS] u32: the fused 4-bit product's counters */
-    void *dl;        /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table, then its sync words */
 } plan_session_bufs;
 uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_ctx, uint64_t deq_elems,
                              uint64_t argmax_bytes, char *base, plan_session_bufs *out);

@@ -202,49 +202,6 @@ static inline bool gemv_nested_ok(const gemv_args *a)
 int launch_gemv(launch_ctx *c, const gemv_args *a);
 
 /*
- * Every layer of one decode step in one persistent kernel, for 4-bit
- * (NF4/FP4) Llama-shaped layers: per layer x += o(attention(rope(qkv(
- * rmsnorm(x))))), then x += down(silu(gate) * up(rmsnorm(x))), as the
- * launchers above compute them one kernel at a time. One block a
- * multiprocessor: a producer warp streams each block's share of every
- * matrix (and its attention's cached keys and values) through a ring of
- * shared memory in the order the block will use them, ahead of the
- * dependencies, which counters in global memory carry between the ops.
- * The weights never wait for a kernel boundary.
- */
-typedef struct decode_layer_w {
-    const void *wqkv, *wo, *wgu, *wdown;  /* packed 4-bit [rows, cols / 2] as gemv_args.w; gate/up: gate rows, then up */
-    const float *aqkv, *ao, *agu, *adown; /* absmax [rows * cols / group]                         */
-    const float *attn_norm, *ffn_norm;    /* [dim]                                                 */
-    void *k_cache, *v_cache;              /* [n_ctx, nkv * hd] fp16                                */
-} decode_layer_w;
-typedef struct decode_layers_args {
-    const decode_layer_w *layers; /* device array [n_layers] */
-    int n_layers, dim, n_heads, n_kv_heads, head_dim, ffn_dim, n_ctx;
-    int group;            /* elements an absmax block, every matrix            */
-    float eps;
-    const float *code;    /* [16] the 4-bit code table                         */
-    const float *cos, *sin; /* [n_ctx, hd / 2]                                 */
-    const int *pos;       /* device: the new token's position                  */
-    float *x;             /* [dim] the residual stream, in and out             */
-    float *qkv;           /* [(nh + 2 * nkv) * hd] scratch                     */
-    float *att;           /* [nh * hd] scratch                                 */
-    float *gu;            /* [ffn] scratch                                     */
-    float *part;          /* [decode_layers_part_floats] scratch               */
-    unsigned *sync;       /* [decode_layers_sync_words]; the launcher zeroes it */
-    unsigned *head_max;   /* max |x * head_norm| for the head's product (zero before), or NULL */
-    const float *head_norm; /* [dim], with head_max                            */
-    /* Measurement (bench/dlayers): %globaltimer per layer, op and block
-     * [n_layers][5][blocks][4]: op entered, its input ready, staged, done. NULL: none. */
-    unsigned long long *trace;
-} decode_layers_args;
-/* Whether these shapes and pointers run here (else the one-kernel-an-op path); why not in c->err. */
-bool decode_layers_supported(launch_ctx *c, const decode_layers_args *a);
-size_t decode_layers_part_floats(const launch_ctx *c, int n_heads, int n_kv_heads, int head_dim);
-size_t decode_layers_sync_words(int n_layers, int n_kv_heads);
-int launch_decode_layers(launch_ctx *c, const decode_layers_args *a);
-
-/*
  * out[rows, cols] (ot: f16, bf16 or f32) = the quantized matrix of `a`
  * (w, wt, rows, cols, scales, code, group; the rest unused) decoded, for
  * the prefill products, which then run through cuBLASLt.

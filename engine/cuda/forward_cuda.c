@@ -156,66 +156,6 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
 }
 
 /*
- * The persistent decode kernel (decode_layers.cu) is an experiment, taken
- * only with ENGINE_DECODE=fused: on an H200 it measured slower than the
- * one-kernel-an-op path (bench/RESULTS.md, 2026-11-26), so the default
- * stays that path. It can take every layer where each is plain
- * Llama-shaped and 4-bit: the matrices of one 4-bit type and block size,
- * no biases, q/k norms or sliding windows, every layer resident on the
- * device (nothing streamed or hosted) and an fp16 cache; and where the
- * kernel fits the device and the shapes (decode_layers_supported). Its
- * partial results use the prefill scratch (deq).
- */
-engine_status cuda_decode_prepare(cuda_session *cs, const engine_session *s, err_buf *e)
-{
-    const engine_model *m = s->model;
-    const cfg_model *c = &m->cfg;
-    const char *env = getenv("ENGINE_DECODE");
-    cs->fused_decode = false;
-    if (!env || strcmp(env, "fused") != 0 || cs->ss || cs->host || cs->kvt != K_F16 || c->n_layers < 1)
-        return ENGINE_OK;
-    const cuda_mat *first = &cs->layers[0].wqkv;
-    if (first->t != K_NF4 && first->t != K_FP4)
-        return ENGINE_OK;
-    _Static_assert(sizeof(decode_layer_w) <= PLAN_DL_LAYER_BYTES, "the planner sizes the layer table");
-    decode_layer_w *tab = calloc((size_t)c->n_layers, sizeof *tab);
-    if (!tab)
-        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
-    bool ok = true;
-    for (int l = 0; l < c->n_layers && ok; l++) {
-        const cuda_layer *D = &cs->layers[l];
-        const cuda_mat *mats[4] = {&D->wqkv, &D->wo, &D->w_gu, &D->w_down};
-        for (int k = 0; k < 4; k++)
-            ok = ok && mats[k]->t == first->t && mats[k]->group == first->group && mats[k]->w && mats[k]->scales;
-        ok = ok && !D->b_qkv && !D->b_o && !D->b_gu && !D->b_down && !D->q_norm && !D->k_norm && !window_of(m, l);
-        tab[l] = (decode_layer_w){.wqkv = D->wqkv.w, .wo = D->wo.w, .wgu = D->w_gu.w, .wdown = D->w_down.w,
-                                  .aqkv = D->wqkv.scales, .ao = D->wo.scales, .agu = D->w_gu.scales,
-                                  .adown = D->w_down.scales, .attn_norm = D->attn_norm, .ffn_norm = D->ffn_norm,
-                                  .k_cache = layer_cache(cs, s, cs->k_cache, l),
-                                  .v_cache = layer_cache(cs, s, cs->v_cache, l)};
-    }
-    decode_layers_args *a = &cs->dl_args;
-    *a = (decode_layers_args){.layers = cs->dl, .n_layers = c->n_layers, .dim = c->dim, .n_heads = c->n_heads,
-                              .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .ffn_dim = c->ffn_dim,
-                              .n_ctx = s->n_ctx, .group = first->group, .eps = (float)c->rms_eps, .code = first->code,
-                              .cos = cs->rope_cos, .sin = cs->rope_sin, .pos = cs->step + STEP_POS, .x = cs->x,
-                              .qkv = cs->qkv, .att = cs->att, .gu = cs->gu, .part = cs->deq,
-                              .sync = (unsigned *)((char *)cs->dl + (size_t)c->n_layers * PLAN_DL_LAYER_BYTES),
-                              .head_max = max_slot(cs, c->n_layers, 0, &cs->cm->lm_head),
-                              .head_norm = cs->cm->out_norm};
-    const size_t part = decode_layers_part_floats(&cs->lc, c->n_heads, c->n_kv_heads, c->head_dim) * sizeof(float);
-    ok = ok && part <= cs->cm->deq_elems * k_dtype_size(cs->cm->wt) && decode_layers_supported(&cs->lc, a);
-    cudaError_t ce = cudaSuccess;
-    if (ok)
-        ce = cudaMemcpy(cs->dl, tab, (size_t)c->n_layers * sizeof *tab, cudaMemcpyHostToDevice);
-    free(tab);
-    if (ce != cudaSuccess)
-        return err_set(e, ENGINE_ERR_CUDA, "CUDA session: %s", cudaGetErrorString(ce));
-    cs->fused_decode = ok;
-    return ENGINE_OK;
-}
-
-/*
  * One token: every launch here is captured into the decode graph. fed: the
  * step before left this one's input (argmax_feed: the token embedded in x,
  * the input maxima zeroed), so it starts with its first product.
@@ -237,11 +177,6 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
                 cudaSuccess)
             return launch_fail(lc, "decode: clearing the input maxima: %s", cudaGetErrorString(cudaGetLastError()));
         TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
-    }
-    if (cs->fused_decode) {
-        TRY(launch_decode_layers(lc, &cs->dl_args));
-        TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
-        return stream_end(cs);
     }
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];

@@ -44,7 +44,6 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->q4_work.part_bytes = cs->cm->deq_elems * k_dtype_size(cs->cm->wt);
     cs->q4_work.count = b.q4_count;
     cs->q4_work.n_count = PLAN_Q4_COUNTS;
-    cs->dl = b.dl;
     return bytes;
 }
 
@@ -147,11 +146,6 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     if (ce != cudaSuccess) {
         cuda_session_free(cs);
         return err_set(e, ENGINE_ERR_CUDA, "CUDA session: %s", cudaGetErrorString(ce));
-    }
-    st = cuda_decode_prepare(cs, s, e);
-    if (st) {
-        cuda_session_free(cs);
-        return st;
     }
     *out = cs;
     return ENGINE_OK;

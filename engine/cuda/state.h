@@ -111,9 +111,6 @@ struct cuda_session {
     int32_t *step;        /* [STEP_INTS]                                 */
     uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zero at each decode step's start */
     gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
-    void *dl;             /* [PLAN_DL_BYTES]: the persistent decode kernel's layer table and sync words */
-    bool fused_decode;    /* decode runs every layer in that kernel (cuda_decode_prepare) */
-    decode_layers_args dl_args;
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
     int32_t *ring;        /* h_step + STEP_RING as the device sees it: decode's argmax writes it */
@@ -127,13 +124,6 @@ struct cuda_session {
     cudaEvent_t step_done[2]; /* recorded after the decode step at position p, in [p & 1] */
     bool logits_stale;    /* the device logits are a dropped evaluation's */
 };
-
-/*
- * Decide whether decode runs every layer in the persistent kernel
- * (launch_decode_layers) and, if so, upload its table of layers; called
- * once the session's buffers exist (forward_cuda.c).
- */
-engine_status cuda_decode_prepare(cuda_session *cs, const engine_session *s, err_buf *e);
 
 /* engine_status for a failed launcher, naming the op (the message is in lc.err). */
 engine_status cuda_launch_error(cuda_session *cs, err_buf *e);

@@ -1,7 +1,5 @@
 /*
- * q4_pairs.cuh: the decode products' 4-bit dot product, shared by the
- * per-op matrix-vector kernel (gemv.cu) and the persistent decode kernel
- * (decode_layers.cu): a per-lane table of byte -> two fp16 codes in shared
+ * q4_pairs.cuh: the decode products' 4-bit dot product (gemv.cu): a per-lane table of byte -> two fp16 codes in shared
  * memory, and 32 weights times 32 staged fp16 inputs through it.
  */
 #ifndef ENGINE_KERNELS_CUDA_Q4_PAIRS_CUH

@@ -9,18 +9,12 @@
 
 #include "common.cuh"
 
-template <bool CG> __device__ __forceinline__ float ld_src(const float *p, int i) { return CG ? __ldcg(p + i) : p[i]; }
-
 /*
  * dst[hd] = rope(norm(src + bias)) for the head at src (fp32), rows pos of
  * the cos/sin tables [*, hd/2]. bias and norm may be NULL; rope = false
- * skips the rotation (v). Called by all 32 lanes of a warp. CG: src is read
- * through L2 (__ldcg), for the persistent decode kernel, where another
- * multiprocessor of the same kernel wrote it and L1 is not coherent (the
- * kernels of one op each read it plainly: through L2 there, decode
- * attention measured 1-2% slower).
+ * skips the rotation (v). Called by all 32 lanes of a warp.
  */
-template <typename O, bool CG = false>
+template <typename O>
 __device__ void rope_head(O *dst, const float *src, const float *bias, const float *norm, float eps,
                           const float *cos_t, const float *sin_t, int pos, int hd, bool rope)
 {
@@ -29,7 +23,7 @@ __device__ void rope_head(O *dst, const float *src, const float *bias, const flo
     if (norm) {
         float ss = 0.0f;
         for (int i = lane; i < hd; i += 32) {
-            const float v = ld_src<CG>(src, i) + (bias ? bias[i] : 0.0f);
+            const float v = src[i] + (bias ? bias[i] : 0.0f);
             ss += v * v;
         }
         ss = warp_sum(ss);
@@ -46,7 +40,7 @@ __device__ void rope_head(O *dst, const float *src, const float *bias, const flo
             for (int b = 0; b < B; b++) {
                 const int i = i0 + 32 * b;
                 if (i < hd) {
-                    v[b] = ld_src<CG>(src, i) + (bias ? bias[i] : 0.0f);
+                    v[b] = src[i] + (bias ? bias[i] : 0.0f);
                     g[b] = norm ? inv * norm[i] : 1.0f;
                 }
             }
@@ -67,8 +61,8 @@ __device__ void rope_head(O *dst, const float *src, const float *bias, const flo
         for (int b = 0; b < B; b++) {
             const int i = i0 + 32 * b;
             if (i < half) {
-                x0[b] = ld_src<CG>(src, i) + (bias ? bias[i] : 0.0f);
-                x1[b] = ld_src<CG>(src, i + half) + (bias ? bias[i + half] : 0.0f);
+                x0[b] = src[i] + (bias ? bias[i] : 0.0f);
+                x1[b] = src[i + half] + (bias ? bias[i + half] : 0.0f);
                 if (norm) {
                     x0[b] *= inv * norm[i];
                     x1[b] *= inv * norm[i + half];
