@@ -285,6 +285,8 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->plan_ctx = p.n_ctx > 0 ? p.n_ctx : 0;
     m->min_streamed = p.min_layers_streamed > 0 ? p.min_layers_streamed : 0;
     m->host_layers = p.host_layers;
+    m->hbm_gbps = p.hbm_gbps;
+    m->pcie_gbps = p.pcie_gbps;
     m->device = have_gpu ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
     engine_status st = load(m, path, &e);
     if (!st && p.quant != ENGINE_QUANT_NONE) {

@@ -79,6 +79,7 @@ struct engine_model {
     int plan_ctx;              /* CUDA: context the placement plans for (0: default) */
     int min_streamed;          /* CUDA: layers streamed at least          */
     int host_layers;           /* CUDA: -1 auto, 0 none, N at most N computed on the CPU */
+    double hbm_gbps, pcie_gbps; /* CUDA: bandwidths to plan with, GB/s; 0: measured (cuda/measure.c) */
     uint64_t n_params;
     uint64_t weight_bytes;     /* bytes of the weights as used (quantized size when quantized) */
     uint64_t owned_bytes;      /* of which the model allocated (quantized while loading) */

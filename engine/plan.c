@@ -21,7 +21,11 @@
  * the streamed layers (again spread evenly among them) are left to the CPU
  * for decode, as many as minimise the decode time: the CPU computing some
  * while the copy engine uploads the others, each side's share of the time
- * balanced. Prompts still stream them all (the GPU is far faster there).
+ * balanced, and both together no faster than host memory serves them
+ * (shared_gbps, when known). Prompts still stream them all (the GPU is far
+ * faster there). The bandwidths that price a plan are the caller's: as
+ * measured on the device (cuda/measure.c), a known card's (gpus.c), given,
+ * or the defaults (an H100's); the totals say which.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -290,6 +294,7 @@ typedef struct plan_in {
     uint64_t context, budget;
     double hbm, pcie;      /* bytes per second */
     double host;           /* bytes per second the CPU computes a layer at; 0: none */
+    double shared;         /* bytes per second host memory serves copies and the CPU together; 0: not modelled */
     int host_layers;       /* host-computed layers: -1 the fastest count, else that many */
 } plan_in;
 
@@ -301,6 +306,7 @@ typedef struct plan_state {
     /* what follows is computed */
     uint64_t resident, streamed, slots, device_total, read, moved, hosted;
     double tps;
+    double balance;     /* the longer of copy and host time alone: ties broken by the smaller */
     bool fits;
 } plan_state;
 
@@ -361,9 +367,18 @@ static void evaluate(const plan_in *in, plan_state *s)
     /* arena_create rounds its budget down to the granularity. */
     const uint64_t arena = in->budget > in->context ? (in->budget - in->context) / g * g : 0;
     s->fits = mapped <= arena;
-    /* The copies of the streamed layers overlap the host's work on the others. */
+    /*
+     * The copies of the streamed layers overlap the host's work on the
+     * others, and both read host memory: with hosted layers neither side can
+     * beat all of those bytes at the rate host memory serves the two
+     * together (DESIGN.md, "Host memory is shared").
+     */
     const double copy = s->moved / in->pcie, host = hosted > 0 ? hosted / in->host : 0.0;
-    const double t = s->read / in->hbm + (copy > host ? copy : host);
+    s->balance = copy > host ? copy : host;
+    double side = s->balance;
+    if (hosted > 0 && in->shared > 0 && (double)(s->moved + hosted) / in->shared > side)
+        side = (double)(s->moved + hosted) / in->shared;
+    const double t = s->read / in->hbm + side;
     s->tps = t > 0 ? 1.0 / t : 0.0;
 }
 
@@ -377,10 +392,11 @@ static void choose_hosted(const plan_in *in, plan_state *s)
         evaluate(in, s);
         return;
     }
+    /* Where shared host memory bounds a range of counts equally, the one balancing copies and CPU. */
     plan_state best = *s, t = *s;
     for (t.h = 1; t.h <= s->k; t.h++) {
         evaluate(in, &t);
-        if (t.tps > best.tps)
+        if (t.tps > best.tps || (t.tps == best.tps && t.balance < best.balance))
             best = t;
     }
     *s = best;
@@ -447,6 +463,7 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->hbm = p->hbm_gbps * 1e9;
     in->pcie = p->pcie_gbps * 1e9;
     in->host = p->host_gbps * 1e9;
+    in->shared = p->shared_gbps * 1e9;
     in->host_layers = p->host_layers;
 }
 
@@ -530,6 +547,11 @@ static bool bad_rate(double v)
     return !(v > 0.0) || !isfinite(v);
 }
 
+static bool bad_source(engine_figure_source s)
+{
+    return (int)s < ENGINE_FIGURE_DEFAULT || (int)s > ENGINE_FIGURE_TABLE;
+}
+
 engine_status engine_plan_create(const engine_model *m, const engine_plan_params *params, engine_plan **out,
                                  char *err, size_t err_size)
 {
@@ -540,10 +562,15 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     engine_plan_params p = params ? *params : engine_plan_default_params();
     if (p.cuda_context_bytes == 0)
         p.cuda_context_bytes = ENGINE_PLAN_CUDA_CONTEXT_BYTES;
+    /* A figure left at zero is the default; one changed without saying where it came from was given. */
     if (p.hbm_gbps == 0.0)
-        p.hbm_gbps = ENGINE_PLAN_HBM_GBPS;
+        p.hbm_gbps = ENGINE_PLAN_HBM_GBPS, p.hbm_source = ENGINE_FIGURE_DEFAULT;
+    else if (p.hbm_source == ENGINE_FIGURE_DEFAULT && p.hbm_gbps != ENGINE_PLAN_HBM_GBPS)
+        p.hbm_source = ENGINE_FIGURE_GIVEN;
     if (p.pcie_gbps == 0.0)
-        p.pcie_gbps = ENGINE_PLAN_PCIE_GBPS;
+        p.pcie_gbps = ENGINE_PLAN_PCIE_GBPS, p.pcie_source = ENGINE_FIGURE_DEFAULT;
+    else if (p.pcie_source == ENGINE_FIGURE_DEFAULT && p.pcie_gbps != ENGINE_PLAN_PCIE_GBPS)
+        p.pcie_source = ENGINE_FIGURE_GIVEN;
     const char *bad = !m || !out                                          ? "model and out must not be NULL"
                       : p.vram_budget == 0                                ? "vram_budget must be above 0"
                       : p.n_ctx < 0                                       ? "n_ctx must not be negative"
@@ -552,6 +579,8 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
                       : bad_rate(p.hbm_gbps) || bad_rate(p.pcie_gbps)     ? "bandwidths must be positive"
                       : p.host_layers < -1                                ? "host_layers must be -1 or more"
                       : p.host_layers != 0 && bad_rate(p.host_gbps)       ? "host_layers needs a positive host_gbps"
+                      : p.shared_gbps != 0.0 && bad_rate(p.shared_gbps)   ? "shared_gbps must be 0 or positive"
+                      : bad_source(p.hbm_source) || bad_source(p.pcie_source) ? "unknown bandwidth source"
                                                                           : NULL;
     if (bad) {
         err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_plan_create: %s", bad);
@@ -613,6 +642,10 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->resident_tokens_per_second = first.tps;
     t->hbm_gbps = p.hbm_gbps;
     t->pcie_gbps = p.pcie_gbps;
+    t->hbm_source = p.hbm_source;
+    t->pcie_source = p.pcie_source;
+    snprintf(t->gpu_name, sizeof t->gpu_name, "%s", p.gpu_name ? p.gpu_name : "");
+    t->shared_gbps = p.shared_gbps;
 
     /* Rows: the embeddings, the layers, the output head. */
     const uint64_t kv_layer = c->n_layers > 0 ? in.kv / (uint64_t)c->n_layers : 0;

@@ -4,7 +4,8 @@
  *
  * Everything the command-line tools do goes through this header. The
  * library never prints (unless given a log callback), never exits, and keeps
- * no global mutable state: everything lives in the handles below.
+ * no global mutable state: everything lives in the handles below (but for a
+ * cache of each device's measured bandwidths, engine_device_bandwidths).
  *
  * Error contract: every fallible call returns an engine_status. Calls that
  * create a handle take an optional caller-owned buffer (err, err_size) that
@@ -130,6 +131,12 @@ typedef struct engine_model_params {
      * copy (the embedding table stays as stored for the lookups, so the
      * model holds both). CUDA cannot stream a quantized head: it must fit. */
     engine_quant quant_head;
+    /* CUDA: the device memory bandwidth and the pinned host-to-device rate,
+     * in GB/s, the placement is planned with (engine_plan_params.hbm_gbps,
+     * pcie_gbps); 0 (default) = as measured on the device at load
+     * (engine_device_bandwidths). */
+    double hbm_gbps;
+    double pcie_gbps;
 } engine_model_params;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
@@ -445,8 +452,16 @@ typedef enum engine_plan_part {
 } engine_plan_part;
 
 #define ENGINE_PLAN_CUDA_CONTEXT_BYTES ((uint64_t)512 << 20) /* default: measured ~0.5 GiB on an H100 */
-#define ENGINE_PLAN_HBM_GBPS 3000.0  /* default device memory bandwidth, GB/s          */
-#define ENGINE_PLAN_PCIE_GBPS 54.7   /* default pinned host-to-device bandwidth, GB/s  */
+#define ENGINE_PLAN_HBM_GBPS 3000.0  /* default device memory bandwidth, GB/s (an H100 SXM's)  */
+#define ENGINE_PLAN_PCIE_GBPS 54.7   /* default pinned host-to-device bandwidth, GB/s (PCIe 5 x16) */
+
+/* Where a figure the planner used came from. Values are append-only. */
+typedef enum engine_figure_source {
+    ENGINE_FIGURE_DEFAULT = 0,  /* the built-in default (ENGINE_PLAN_HBM_GBPS, ENGINE_PLAN_PCIE_GBPS) */
+    ENGINE_FIGURE_GIVEN = 1,    /* set by the caller (infer: on the command line)                    */
+    ENGINE_FIGURE_MEASURED = 2, /* measured on this machine's device (engine_device_bandwidths)      */
+    ENGINE_FIGURE_TABLE = 3     /* from the table of GPUs (engine_gpu_find), for gpu_name             */
+} engine_figure_source;
 
 typedef struct engine_plan_params {
     uint64_t vram_budget;        /* device bytes for everything, CUDA context included; must be > 0 */
@@ -466,6 +481,15 @@ typedef struct engine_plan_params {
     double host_gbps;            /* the rate at which the CPU computes a layer for one token, in GB of
                                     its weights per second (engine_host_layer_rate); needed when
                                     host_layers is not 0                                            */
+    /* Appended fields: */
+    engine_figure_source hbm_source;  /* where hbm_gbps came from, for the report: DEFAULT with a
+                                         value other than ENGINE_PLAN_HBM_GBPS counts as GIVEN      */
+    engine_figure_source pcie_source; /* the same for pcie_gbps                                     */
+    const char *gpu_name;             /* the card of TABLE figures (engine_gpu_info.name); copied;
+                                         may be NULL                                                */
+    double shared_gbps;               /* host memory read by the copy engine and the CPU together,
+                                         GB/s, when hosted layers run beside streamed copies
+                                         (engine_host_shared_rate); 0 = not modelled (default)      */
 } engine_plan_params;
 
 /* One row of the plan: the embeddings, each layer in order, the output head. */
@@ -506,6 +530,12 @@ typedef struct engine_plan_totals {
     int max_ctx_that_fits;       /* when refused: the longest context that would fit, 0 if none     */
     double hbm_gbps, pcie_gbps;  /* the bandwidths used                                             */
     double host_gbps;            /* the host compute rate used (0: none)                            */
+    /* Appended fields: */
+    engine_figure_source hbm_source, pcie_source; /* where hbm_gbps and pcie_gbps came from         */
+    char gpu_name[48];           /* params.gpu_name ("" when none)                                  */
+    double shared_gbps;          /* params.shared_gbps: with hosted layers the bound's host side is
+                                    the longest of streamed / PCIe, hosted / host rate and
+                                    (streamed + hosted) / shared_gbps (0: the first two only)       */
 } engine_plan_totals;
 
 /* The same plan with the layers quantized to another format (as --quant would). */
@@ -577,6 +607,68 @@ ENGINE_API engine_status engine_device_reserve(uint64_t *bytes);
  * faults their pages in).
  */
 ENGINE_API engine_status engine_host_layer_rate(const engine_model *model, double *gbps);
+
+/*
+ * The current device's memory bandwidth (a device-to-device copy well past
+ * its L2 cache, bytes read plus bytes written a second) and its pinned
+ * host-to-device rate, in GB/s: what a model loaded on it plans with.
+ * Measured once per device and process (a few tens of milliseconds; the
+ * result is kept: the library's one cache of measurements) inside a
+ * temporary arena of at most vram_budget less the CUDA context's share
+ * (0: no limit). Creates the CUDA context. UNSUPPORTED without a CUDA
+ * device or backend, OVER_BUDGET when the budget leaves too little to
+ * measure past the L2 cache, CUDA if a call fails; INVALID_ARG for NULL.
+ * The environment variable ENGINE_MEASURED_GBPS="DEVICE,H2D[,SHARED]"
+ * replaces every measurement with those figures (for tests), in any build.
+ */
+ENGINE_API engine_status engine_device_bandwidths(uint64_t vram_budget, double *device_gbps, double *h2d_gbps);
+
+/*
+ * The rate, in GB/s, at which host memory is read while the copy engine
+ * uploads from pinned memory and this CPU computes model's layers (as
+ * engine_host_layer_rate does) at the same time: the two rates measured
+ * together, summed. The planner's shared_gbps. Needs a CUDA device (about
+ * 0.1 s for an 8B model; 256 MiB of host memory pinned meanwhile, 32 MiB
+ * of device memory within vram_budget); errors as engine_device_bandwidths.
+ */
+ENGINE_API engine_status engine_host_shared_rate(const engine_model *model, uint64_t vram_budget, double *gbps);
+
+/* ----------------------------------------------------------- known GPUs */
+
+/*
+ * A table of common NVIDIA GPUs, so that a plan can be made for a card
+ * this machine does not have (infer --dry-run --gpu NAME). Datasheet
+ * figures, and the two the planner uses derived from them with stated
+ * efficiencies (docs/API.md gives their basis).
+ */
+#define ENGINE_GPU_MEM_EFFICIENCY 0.90  /* of the datasheet memory bandwidth reached by a copy */
+#define ENGINE_GPU_PCIE_EFFICIENCY 0.85 /* of the link's per-direction rate reached by pinned copies */
+
+typedef struct engine_gpu_info {
+    const char *name;        /* "RTX 4090", "H100 SXM"; static storage                      */
+    double vram_gib;         /* device memory as sold (GB, taken as GiB)                    */
+    double mem_gbps;         /* datasheet memory bandwidth, GB/s                            */
+    int pcie_gen;            /* host link: PCIe generation ...                              */
+    int pcie_lanes;          /* ... and lanes                                               */
+    int cc_major, cc_minor;  /* CUDA compute capability                                     */
+    const char *source;      /* where the figures come from; static storage                 */
+    double hbm_gbps;         /* the planner's figure: mem_gbps x ENGINE_GPU_MEM_EFFICIENCY  */
+    double pcie_gbps;        /* the planner's figure: lanes x the generation's rate a lane
+                                after encoding x ENGINE_GPU_PCIE_EFFICIENCY                 */
+} engine_gpu_info;
+
+/* Rows in the table. */
+ENGINE_API size_t engine_gpu_count(void);
+/* Row i into *out; INVALID_ARG when i is out of range or out is NULL. */
+ENGINE_API engine_status engine_gpu_at(size_t i, engine_gpu_info *out);
+/*
+ * The row named `name`, matched forgivingly: case, spaces, dashes and
+ * underscores ignored, a leading "NVIDIA", "GeForce", "RTX" or "Tesla"
+ * optional, and a part of a name ("4090") enough when only one row holds
+ * it. INVALID_ARG when none or several match: err gets one line naming
+ * the closest or the matching rows.
+ */
+ENGINE_API engine_status engine_gpu_find(const char *name, engine_gpu_info *out, char *err, size_t err_size);
 
 /* What streaming did in a session: placement, and copy and compute time measured on the device. */
 typedef struct engine_offload_times {

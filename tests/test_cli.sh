@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_cli.sh: the command-line tools end to end: greedy output of infer
 # equals the transformers reference, --json and streaming output, sampling
-# reproducibility, tokenize, a clean one-line error with a non-zero exit
+# reproducibility, tokenize, the offload plan (--dry-run, --report, --gpu and
+# the bandwidths it is priced with), a clean one-line error with a non-zero exit
 # (never a signal) for every kind of bad input, and faults during a long
 # generation (Ctrl-C, the weights file truncated).
 # usage: test_cli.sh INFER TOKENIZE REPO_ROOT
@@ -13,6 +14,24 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# (defined first: the plan checks below use it too)
+# expect_error NAME PATTERN CMD...: exit status in 1..2, stderr one line matching PATTERN.
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  # infer on the CPU: a CUDA build on a machine without a GPU would add its notice line.
+  [ "$1" = "$INFER" ] && set -- "$@" --device cpu
+  "$@" >"$T/out" 2>"$T/err"
+  local rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 3 ]; then
+    fail "$name: exit status $rc (want 1 or 2): $(head -c 300 "$T/err")"
+  elif [ "$(wc -l <"$T/err")" -ne 1 ]; then
+    fail "$name: stderr is not one line: $(cat "$T/err")"
+  elif ! grep -Eq -- "$pattern" "$T/err"; then
+    fail "$name: message '$(cat "$T/err")' does not match '$pattern'"
+  fi
+}
 
 # --- greedy output equals the reference -------------------------------------
 want=$(jq -c '.[0].greedy_ids[5:35]' "$REF")
@@ -95,23 +114,62 @@ out=$("$INFER" "$MODEL" --prompt-ids 1,403,407,261,378 -n 30 --json --report --v
 grep -q '^all resident' "$T/err" && grep -q '^  layer 4 ' "$T/err" || fail "--report: no plan on stderr: $(cat "$T/err")"
 expect_error "--report under the minimum" "needs at least" "$INFER" "$MODEL" --prompt hi --report --vram 100M
 
+# --- the plan priced for a known card (--gpu), measured figures, overrides --------
+"$INFER" --gpu list >"$T/out" 2>"$T/err" || fail "--gpu list exited $?: $(cat "$T/err")"
+[ ! -s "$T/err" ] || fail "--gpu list wrote to stderr: $(cat "$T/err")"
+grep -Eq '^RTX 4090 +24 GiB +1008 .* 4\.0 x16 +26\.8 +8\.9 ' "$T/out" || fail "--gpu list: no RTX 4090 row: $(cat "$T/out")"
+grep -Eq '^RTX 4060 +8 GiB +272 .* 4\.0 x8 +13\.4 ' "$T/out" || fail "--gpu list: the 4060 is not PCIe 4.0 x8"
+[ "$(grep -c ' GiB ' "$T/out")" -ge 23 ] || fail "--gpu list: fewer than 23 cards"
+"$INFER" --gpu list --json | jq -e 'length >= 23 and (.[] | select(.name == "RTX 5060 Ti 16G")
+  | .pcie_gen == 5 and .pcie_lanes == 8 and .mem_gbps == 448)' >/dev/null || fail "--gpu list --json"
+# --dry-run --gpu: the card's memory less 512 MiB is the budget, its figures price the plan (4060: 272 x 0.90,
+# PCIe 4.0 x8 = 8 x 1.969 x 0.85 GB/s), and the plan says so.
+"$INFER" "$MODEL" --dry-run --gpu "rtx 4060" --ctx 64 >"$T/out" 2>"$T/err" || fail "--dry-run --gpu exited $?: $(cat "$T/err")"
+grep -q "^budget: the RTX 4060's 8 GiB less the 512 MiB" "$T/out" || fail "--dry-run --gpu: no budget line: $(head -n 2 "$T/out")"
+grep -q '^plan for .*(GPU: RTX 4060): .*budget 7.50 GiB' "$T/out" || fail "--dry-run --gpu: header: $(cat "$T/out")"
+grep -q 'device memory 244.8 GB/s (from the table: RTX 4060), host to device 13.4 GB/s (from the table: RTX 4060)' \
+  "$T/out" || fail "--dry-run --gpu: sources: $(grep bandwidths "$T/out")"
+"$INFER" "$MODEL" --dry-run --gpu 4060 --ctx 64 --json >"$T/plan.json" 2>"$T/err" || fail "--dry-run --gpu --json exited $?"
+jq -e '.budget == 8053063680 and .totals.hbm_gbps == 244.8 and .totals.pcie_gbps == 13.39
+  and .totals.hbm_source == "table" and .totals.pcie_source == "table" and .totals.gpu == "RTX 4060"
+  and ((.totals.tokens_per_second - 244.8e9 / .totals.read_per_token) | fabs) < 0.01 * .totals.tokens_per_second' \
+  "$T/plan.json" >/dev/null || fail "--dry-run --gpu --json: $(head -c 900 "$T/plan.json")"
+# The command line wins over the table, each figure on its own.
+"$INFER" "$MODEL" --dry-run --gpu 4060 --gpu-bandwidth 500 --ctx 64 --json 2>/dev/null |
+  jq -e '.totals.hbm_gbps == 500 and .totals.hbm_source == "given" and .totals.pcie_source == "table"
+    and .totals.pcie_gbps == 13.39' >/dev/null || fail "--gpu-bandwidth over --gpu"
+"$INFER" "$MODEL" --dry-run --gpu 4060 --vram 2G --pcie-bandwidth 20 --gpu-bandwidth 123.5 --ctx 64 >"$T/out" 2>/dev/null ||
+  fail "--dry-run with both overrides exited $?"
+grep -q 'budget 2.00 GiB' "$T/out" && ! grep -q '^budget:' "$T/out" || fail "--vram over --gpu's memory: $(head -n 2 "$T/out")"
+grep -q 'device memory 123.5 GB/s (given on the command line), host to device 20.0 GB/s (given on the command line)' \
+  "$T/out" || fail "overrides: $(grep bandwidths "$T/out")"
+# No card named: this machine's device measured (ENGINE_MEASURED_GBPS stands in for a GPU here), else the default.
+ENGINE_MEASURED_GBPS=900,25 "$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 >"$T/out" 2>"$T/err" ||
+  fail "--dry-run measured exited $?: $(cat "$T/err")"
+grep -q 'device memory 900.0 GB/s (measured on this device), host to device 25.0 GB/s (measured on this device)' \
+  "$T/out" || fail "--dry-run measured: $(grep bandwidths "$T/out")"
+"$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 --device cpu >"$T/out" 2>/dev/null
+grep -q 'device memory 3000.0 GB/s (the built-in default, an H100.s), host to device 54.7 GB/s (the built-in default' \
+  "$T/out" || fail "--dry-run --device cpu: $(grep bandwidths "$T/out")"
+"$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 >"$T/out" 2>/dev/null
+grep -Eq 'bandwidths: device memory .* \((measured on this device|the built-in default, an H100.s)\)' "$T/out" ||
+  fail "--dry-run: $(grep bandwidths "$T/out")"
+# --report names the figures' source too (on the CPU: the plan for --vram).
+"$INFER" "$MODEL" --prompt-ids 1,403 -n 2 --report --vram 8G --device cpu --gpu-bandwidth 700 >/dev/null 2>"$T/err" ||
+  fail "--report --gpu-bandwidth exited $?"
+grep -q 'device memory 700.0 GB/s (given on the command line)' "$T/err" || fail "--report sources: $(cat "$T/err")"
+# Refusals: one line, non-zero exit.
+expect_error "--gpu unknown" "unknown GPU '4095'.*RTX 4090" "$INFER" "$MODEL" --dry-run --gpu 4095
+expect_error "--gpu ambiguous" "ambiguous.*A100 40GB PCIe.*A100 80GB PCIe.*A100 80GB SXM" "$INFER" "$MODEL" --dry-run --gpu a100
+expect_error "--gpu without --dry-run" "gpu.*--dry-run" "$INFER" "$MODEL" --prompt hi --gpu 4090
+expect_error "--dry-run --gpu under the minimum" "needs at least 552.0 MiB .*budget is 540.0 MiB.* on the RTX 4060" \
+  "$INFER" "$MODEL" --dry-run --gpu 4060 --vram 540M
+for bad in 0 -5 abc 1e400 nan inf 12x ''; do
+  expect_error "--gpu-bandwidth '$bad'" "bad value .* for --gpu-bandwidth" "$INFER" "$MODEL" --dry-run --gpu 4090 --gpu-bandwidth "$bad"
+  expect_error "--pcie-bandwidth '$bad'" "bad value .* for --pcie-bandwidth" "$INFER" "$MODEL" --dry-run --vram 8G --pcie-bandwidth "$bad"
+done
+
 # --- bad input: one line on stderr naming the problem, exit 1 or 2, no signal --
-# expect_error NAME PATTERN CMD...: exit status in 1..2, stderr one line matching PATTERN.
-expect_error() {
-  local name=$1 pattern=$2
-  shift 2
-  # infer on the CPU: a CUDA build on a machine without a GPU would add its notice line.
-  [ "$1" = "$INFER" ] && set -- "$@" --device cpu
-  "$@" >"$T/out" 2>"$T/err"
-  local rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 3 ]; then
-    fail "$name: exit status $rc (want 1 or 2): $(head -c 300 "$T/err")"
-  elif [ "$(wc -l <"$T/err")" -ne 1 ]; then
-    fail "$name: stderr is not one line: $(cat "$T/err")"
-  elif ! grep -Eq -- "$pattern" "$T/err"; then
-    fail "$name: message '$(cat "$T/err")' does not match '$pattern'"
-  fi
-}
 
 # A folder with stories260K's config and tokenizer and a weights file we craft.
 mkmodel() { # mkmodel NAME -> prints the folder

@@ -9,7 +9,10 @@
  * exactly, and the arena maps what the plan counts. The plan of the
  * quantized formats is made from the dense model loaded on the CPU (as
  * infer --dry-run --quant does) and from the quantized model itself.
- * Skips (77) without a GPU.
+ * Also the device's measured bandwidths: refused under a budget too small
+ * to measure past the L2 cache, plausible otherwise, measured once per
+ * process, and what a loaded model's plan is priced with. Skips (77)
+ * without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -108,8 +111,44 @@ static void check_model(const char *path, engine_quant q)
     engine_model_free(gpu);
 }
 
+/* engine_device_bandwidths, and a loaded model's plan priced with its figures. */
+static void check_measured(void)
+{
+    uint64_t reserve = 0;
+    if (engine_device_reserve(&reserve) != ENGINE_OK)
+        return; /* no device: load() below skips */
+    double dev = 0.0, h2d = 0.0, dev2 = 0.0, h2d2 = 0.0;
+    /* 8 MiB of room cannot hold two buffers of 16 MiB (the least measured past an L2). */
+    CHECK(engine_device_bandwidths(reserve + ((uint64_t)8 << 20), &dev, &h2d) == ENGINE_ERR_OVER_BUDGET);
+    CHECK(engine_device_bandwidths((uint64_t)2 << 30, &dev, &h2d) == ENGINE_OK);
+    printf("test_plan_cuda: device memory %.0f GB/s (copy, read + written), host to device %.1f GB/s\n", dev, h2d);
+    CHECK_MSG(dev > 100.0 && dev < 10000.0 && h2d > 1.0 && h2d < 100.0, "%.1f and %.1f GB/s", dev, h2d);
+    const double t0 = model_seconds();
+    CHECK(engine_device_bandwidths(0, &dev2, &h2d2) == ENGINE_OK && dev2 == dev && h2d2 == h2d);
+    CHECK_MSG(model_seconds() - t0 < 0.005, "the second call measured again (%.4f s)", model_seconds() - t0);
+    char path[512];
+    engine_status st;
+    engine_model *m = load(test_src_path(path, sizeof path, "models/stories260K"), ENGINE_DEVICE_CUDA,
+                           ENGINE_QUANT_NONE, &st);
+    if (!m)
+        return;
+    const engine_plan_totals *t = engine_plan_get_totals(engine_model_plan(m));
+    CHECK(t && t->hbm_source == ENGINE_FIGURE_MEASURED && t->pcie_source == ENGINE_FIGURE_MEASURED);
+    CHECK(t && t->hbm_gbps == dev && t->pcie_gbps == h2d);
+    engine_model_free(m);
+    /* Given figures replace the measured ones. */
+    char err[512] = "";
+    engine_model_params mp = engine_model_default_params();
+    mp.device = ENGINE_DEVICE_CUDA, mp.n_threads = 2, mp.vram_budget = (uint64_t)2 << 30, mp.hbm_gbps = 321.0;
+    CHECK_MSG(engine_model_load(path, &mp, &m, err, sizeof err) == ENGINE_OK, "%s", err);
+    t = m ? engine_plan_get_totals(engine_model_plan(m)) : NULL;
+    CHECK(t && t->hbm_source == ENGINE_FIGURE_GIVEN && t->hbm_gbps == 321.0 && t->pcie_source == ENGINE_FIGURE_MEASURED);
+    engine_model_free(m);
+}
+
 int main(void)
 {
+    check_measured();
     static const char *const MODELS[] = {
         "models/stories260K",
         "models/llama_f32",

@@ -75,6 +75,12 @@ static inline int cli_parse_float(const char *s, double lo, double hi, double *o
     return 0;
 }
 
+/* A bandwidth in GB/s: a number above 0 and at most 100,000 (junk, 0, negatives, inf and nan are errors). */
+static inline int cli_parse_gbps(const char *s, double *out)
+{
+    return cli_parse_float(s, 1e-6, 1e5, out);
+}
+
 /* "1,2,3" -> malloc'd ids; returns count, or -1 on a malformed list. */
 static inline long cli_parse_ids(const char *s, int32_t **out)
 {

@@ -57,7 +57,14 @@ static const char USAGE[] =
     "                        this CPU's measured speed makes fastest)\n"
     "  --dry-run             print where each layer would live under --vram (resident on the\n"
     "                        GPU, streamed from host memory, or computed by the CPU) and exit;\n"
-    "                        needs no GPU\n"
+    "                        needs no GPU (priced with this GPU's bandwidths, measured, when\n"
+    "                        there is one)\n"
+    "  --gpu NAME            with --dry-run: plan for a known card instead (its memory less\n"
+    "                        512 MiB as the default --vram, its bandwidths for the bound);\n"
+    "                        e.g. 4090, \"rtx 3060\", t4; --gpu list prints the table\n"
+    "  --gpu-bandwidth GBPS  device memory bandwidth to plan with, GB/s (default: measured,\n"
+    "                        or the --gpu card's)\n"
+    "  --pcie-bandwidth GBPS host-to-device rate to plan with, GB/s (same defaults)\n"
     "  --report              print that plan on stderr before generating, and after it the\n"
     "                        measured copy and compute time of streamed layers and their overlap\n"
     "output:\n"
@@ -125,14 +132,39 @@ static int bad_arg(const char *opt, const char *val)
 }
 
 /*
- * Plan path under budget mp->vram_budget for n_ctx tokens (0: the default)
- * on a copy of the model that is only mapped (no device touched, nothing
- * quantized: the planner sizes --quant itself), and print it to out as
- * text or JSON (out NULL: only check it). A refusal prints one line on
- * stderr (and the JSON, which says fits: false). Returns 0 when the plan
- * fits, 1 otherwise.
+ * The bandwidths a plan is priced with: gpu's (a table row) when given,
+ * else this machine's device measured (unless told to stay on the CPU),
+ * else the defaults; then what the command line gave.
  */
-static int print_plan(const char *path, const engine_model_params *mp, int n_ctx, FILE *out, int json)
+static void plan_bandwidths(engine_plan_params *pp, const engine_model_params *mp, const engine_gpu_info *gpu)
+{
+    double dev = 0.0, h2d = 0.0;
+    if (gpu) {
+        pp->hbm_gbps = gpu->hbm_gbps, pp->pcie_gbps = gpu->pcie_gbps;
+        pp->hbm_source = pp->pcie_source = ENGINE_FIGURE_TABLE;
+        pp->gpu_name = gpu->name;
+    } else if (mp->device != ENGINE_DEVICE_CPU && !(mp->hbm_gbps > 0 && mp->pcie_gbps > 0) &&
+               engine_device_bandwidths(mp->vram_budget, &dev, &h2d) == ENGINE_OK) {
+        pp->hbm_gbps = dev, pp->pcie_gbps = h2d;
+        pp->hbm_source = pp->pcie_source = ENGINE_FIGURE_MEASURED;
+    }
+    if (mp->hbm_gbps > 0)
+        pp->hbm_gbps = mp->hbm_gbps, pp->hbm_source = ENGINE_FIGURE_GIVEN;
+    if (mp->pcie_gbps > 0)
+        pp->pcie_gbps = mp->pcie_gbps, pp->pcie_source = ENGINE_FIGURE_GIVEN;
+}
+
+/*
+ * Plan path under budget mp->vram_budget for n_ctx tokens (0: the default)
+ * on a copy of the model that is only mapped (no model on the device,
+ * nothing quantized: the planner sizes --quant itself), priced for gpu (a
+ * table row) or this machine's device (plan_bandwidths), and print it to
+ * out as text or JSON (out NULL: only check it). A refusal prints one line
+ * on stderr (and the JSON, which says fits: false). Returns 0 when the
+ * plan fits, 1 otherwise.
+ */
+static int print_plan(const char *path, const engine_model_params *mp, int n_ctx, FILE *out, int json,
+                      const engine_gpu_info *gpu)
 {
     engine_model_params lp = *mp;
     lp.device = ENGINE_DEVICE_CPU;
@@ -147,14 +179,18 @@ static int print_plan(const char *path, const engine_model_params *mp, int n_ctx
     pp.n_ctx = n_ctx;
     pp.quant = mp->quant;
     pp.min_layers_streamed = mp->min_layers_streamed;
+    plan_bandwidths(&pp, mp, gpu);
     engine_plan *plan = NULL;
     engine_status st = engine_plan_create(m, &pp, &plan, err, sizeof err);
     double gbps = 0.0;
-    /* Streamed layers: plan again with this CPU's measured speed at computing one. */
+    /* Streamed layers: plan again with this CPU's measured speed at computing one (and, on this
+     * machine's device, the rate host memory serves copies and the CPU together). */
     if (st == ENGINE_OK && engine_plan_get_totals(plan)->n_layers_streamed > 0 && mp->host_layers != 0 &&
         engine_host_layer_rate(m, &gbps) == ENGINE_OK) {
         pp.host_gbps = gbps;
         pp.host_layers = mp->host_layers;
+        if (pp.pcie_source == ENGINE_FIGURE_MEASURED && engine_host_shared_rate(m, mp->vram_budget, &gbps) == ENGINE_OK)
+            pp.shared_gbps = gbps;
         engine_plan_free(plan);
         plan = NULL;
         st = engine_plan_create(m, &pp, &plan, err, sizeof err);
@@ -164,10 +200,43 @@ static int print_plan(const char *path, const engine_model_params *mp, int n_ctx
     else if (plan && st == ENGINE_OK && out)
         plan_print_text(out, plan, path);
     if (st != ENGINE_OK)
-        fprintf(stderr, "infer: %s: %s\n", path, err);
+        fprintf(stderr, "infer: %s: %s%s%s\n", path, err, gpu ? " on the " : "", gpu ? gpu->name : "");
     engine_plan_free(plan);
     engine_model_free(m);
     return st == ENGINE_OK ? 0 : 1;
+}
+
+/* --gpu list: the table, as text or a JSON array. */
+static int print_gpus(int json)
+{
+    engine_gpu_info g;
+    if (json)
+        fputc('[', stdout);
+    else
+        printf("%-16s %6s %16s %12s %14s %5s  %s\n", "GPU", "memory", "GB/s (planned)", "PCIe", "to GPU GB/s", "cc",
+               "source");
+    for (size_t i = 0; i < engine_gpu_count() && engine_gpu_at(i, &g) == ENGINE_OK; i++) {
+        if (json) {
+            printf("%s{\"name\":", i ? "," : "");
+            cli_json_string(stdout, g.name, strlen(g.name));
+            printf(",\"vram_gib\":%g,\"mem_gbps\":%g,\"hbm_gbps\":%.2f,\"pcie_gen\":%d,\"pcie_lanes\":%d,"
+                   "\"pcie_gbps\":%.2f,\"cc\":\"%d.%d\",\"source\":",
+                   g.vram_gib, g.mem_gbps, g.hbm_gbps, g.pcie_gen, g.pcie_lanes, g.pcie_gbps, g.cc_major, g.cc_minor);
+            cli_json_string(stdout, g.source, strlen(g.source));
+            fputc('}', stdout);
+        } else {
+            char link[16];
+            snprintf(link, sizeof link, "%d.0 x%d", g.pcie_gen, g.pcie_lanes);
+            printf("%-16s %3g GiB %7.0f (%6.0f) %12s %14.1f %2d.%d  %s\n", g.name, g.vram_gib, g.mem_gbps, g.hbm_gbps,
+                   link, g.pcie_gbps, g.cc_major, g.cc_minor, g.source);
+        }
+    }
+    if (json)
+        printf("]\n");
+    else
+        printf("planned: memory at %.0f%% of the datasheet figure, the PCIe link at %.0f%% of its rate after "
+               "encoding (docs/API.md)\n", 100 * ENGINE_GPU_MEM_EFFICIENCY, 100 * ENGINE_GPU_PCIE_EFFICIENCY);
+    return 0;
 }
 
 static const char *stop_name(engine_stop_reason r)
@@ -190,7 +259,7 @@ static void report_loaded(const engine_model *model, const char *path, const eng
     if (plan)
         plan_print_text(stderr, plan, path);
     else if (mp->vram_budget)
-        print_plan(path, mp, n_ctx, stderr, 0);
+        print_plan(path, mp, n_ctx, stderr, 0, NULL);
     else
         fprintf(stderr, "infer: --report: running on the CPU; give --vram SIZE to plan for a GPU\n");
 }
@@ -266,6 +335,7 @@ int main(int argc, char **argv)
     engine_session_params sp = engine_session_default_params();
     engine_generate_params gp = engine_generate_default_params();
     int json = 0, verbose = 0, seed_given = 0, dry_run = 0, report = 0;
+    const char *gpu_arg = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -321,6 +391,13 @@ int main(int argc, char **argv)
             NEED_VALUE();
             if (cli_parse_size(v, &mp.vram_budget))
                 return bad_arg(a, v);
+        } else if (!strcmp(a, "--gpu")) {
+            NEED_VALUE();
+            gpu_arg = v;
+        } else if (!strcmp(a, "--gpu-bandwidth") || !strcmp(a, "--pcie-bandwidth")) {
+            NEED_VALUE();
+            if (cli_parse_gbps(v, a[2] == 'g' ? &mp.hbm_gbps : &mp.pcie_gbps))
+                return bad_arg(a, v);
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--dry-run")) {
@@ -340,6 +417,8 @@ int main(int argc, char **argv)
         }
 #undef NEED_VALUE
     }
+    if (gpu_arg && !strcmp(gpu_arg, "list"))
+        return print_gpus(json);
     if (!model_path) {
         fputs(USAGE, stderr);
         return 2;
@@ -353,14 +432,35 @@ int main(int argc, char **argv)
     mp.log = log_to_stderr;
     mp.log_user = &verbose;
     mp.n_ctx = sp.n_ctx; /* the device placement leaves room for this context */
+    engine_gpu_info gpu;
+    if (gpu_arg) {
+        char msg[512];
+        if (!dry_run) {
+            fprintf(stderr, "infer: --gpu plans for a card this machine need not have: use it with --dry-run "
+                            "(a run measures its own GPU)\n");
+            return 2;
+        }
+        if (engine_gpu_find(gpu_arg, &gpu, msg, sizeof msg) != ENGINE_OK) {
+            fprintf(stderr, "infer: --gpu: %s\n", msg);
+            return 2;
+        }
+        /* The card's memory less the margin infer leaves free when no --vram is given. */
+        const uint64_t vram = (uint64_t)(gpu.vram_gib * 1073741824.0), margin = (uint64_t)512 << 20;
+        if (!mp.vram_budget && vram > margin) {
+            mp.vram_budget = vram - margin;
+            if (!json)
+                printf("budget: the %s's %g GiB less the 512 MiB infer leaves free without --vram\n", gpu.name,
+                       gpu.vram_gib);
+        }
+    }
     if (dry_run && !mp.vram_budget) {
-        fprintf(stderr, "infer: --dry-run needs --vram SIZE, the device memory to plan for\n");
+        fprintf(stderr, "infer: --dry-run needs --vram SIZE (or --gpu NAME), the device memory to plan for\n");
         return 2;
     }
     if (dry_run)
-        return print_plan(model_path, &mp, sp.n_ctx, stdout, json);
+        return print_plan(model_path, &mp, sp.n_ctx, stdout, json, gpu_arg ? &gpu : NULL);
     /* With a budget a refusal stops before anything is loaded on the device. */
-    if (report && mp.vram_budget && print_plan(model_path, &mp, sp.n_ctx, NULL, 0))
+    if (report && mp.vram_budget && print_plan(model_path, &mp, sp.n_ctx, NULL, 0, NULL))
         return 1;
 
     char err[512] = "";

@@ -27,12 +27,31 @@ static inline const char *report_place(engine_placement p)
     return p == ENGINE_PLACE_STREAMED ? "streamed" : p == ENGINE_PLACE_HOST ? "host" : "resident";
 }
 
+/* Where a bandwidth came from, in words (gpu: the table's card). */
+static inline const char *report_source(engine_figure_source s, const char *gpu, char *buf, size_t n)
+{
+    switch (s) {
+    case ENGINE_FIGURE_MEASURED: snprintf(buf, n, "measured on this device"); break;
+    case ENGINE_FIGURE_TABLE: snprintf(buf, n, "from the table: %s", gpu && *gpu ? gpu : "?"); break;
+    case ENGINE_FIGURE_GIVEN: snprintf(buf, n, "given on the command line"); break;
+    default: snprintf(buf, n, "the built-in default, an H100's"); break;
+    }
+    return buf;
+}
+
+/* The same as one word, for JSON. */
+static inline const char *report_source_key(engine_figure_source s)
+{
+    return s == ENGINE_FIGURE_MEASURED ? "measured" : s == ENGINE_FIGURE_TABLE ? "table"
+                                                   : s == ENGINE_FIGURE_GIVEN ? "given" : "default";
+}
+
 static inline void plan_print_text(FILE *f, const engine_plan *plan, const char *model)
 {
     const engine_plan_totals *t = engine_plan_get_totals(plan);
     char a[32], b[32], c[32], d[32];
-    fprintf(f, "plan for %s: %d layers, context %d tokens, budget %s\n", model, t->n_layers, t->n_ctx,
-            engine_format_bytes(t->budget, a, sizeof a));
+    fprintf(f, "plan for %s%s%s%s: %d layers, context %d tokens, budget %s\n", model, t->gpu_name[0] ? " (GPU: " : "",
+            t->gpu_name, t->gpu_name[0] ? ")" : "", t->n_layers, t->n_ctx, engine_format_bytes(t->budget, a, sizeof a));
     fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s\n", "part", "format", "weights", "placement", "KV cache",
             "moved/token");
     for (size_t i = 0; i < engine_plan_n_entries(plan); i++) {
@@ -59,10 +78,20 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
                    "stream; prompts stream them too\n",
                 t->n_layers_host, engine_format_bytes(t->host_per_token, a, sizeof a), t->host_gbps);
     fprintf(f, "  per token: %s streamed, %s read on the device; decode bound %.1f tok/s at %.1f GB/s PCIe, "
-               "%.0f GB/s HBM (all resident: %.1f tok/s)\n",
+               "%.0f GB/s device memory (all resident: %.1f tok/s)\n",
             engine_format_bytes(t->streamed_per_token, a, sizeof a),
             engine_format_bytes(t->read_per_token, b, sizeof b),
             t->tokens_per_second, t->pcie_gbps, t->hbm_gbps, t->resident_tokens_per_second);
+    char sa[96], sb[96];
+    fprintf(f, "  bandwidths: device memory %.1f GB/s (%s), host to device %.1f GB/s (%s)\n", t->hbm_gbps,
+            report_source(t->hbm_source, t->gpu_name, sa, sizeof sa), t->pcie_gbps,
+            report_source(t->pcie_source, t->gpu_name, sb, sizeof sb));
+    if (t->n_layers_host > 0 && t->shared_gbps > 0)
+        fprintf(f, "  host memory: copies and the CPU read it at %.1f GB/s together; the bound counts it\n",
+                t->shared_gbps);
+    else if (t->n_layers_host > 0)
+        fprintf(f, "  host memory: copies and the CPU share it; not measured, so the bound leaves it out and is "
+                   "high\n");
     for (size_t i = 0; i < engine_plan_n_options(plan); i++) {
         const engine_plan_option *o = engine_plan_option_at(plan, i);
         fprintf(f, "  --quant %-9s weights %10s, all resident %10s%s, minimum %10s%s", o->name,
@@ -99,14 +128,18 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             "\"kv_cache\":%llu,\"activations\":%llu,\"cuda_context\":%llu,\"device_total\":%llu,\"free\":%llu,"
             "\"minimum\":%llu,\"all_resident\":%llu,\"read_per_token\":%llu,\"streamed_per_token\":%llu,"
             "\"tokens_per_second\":%.3f,\"resident_tokens_per_second\":%.3f,\"max_ctx_that_fits\":%d,"
-            "\"hbm_gbps\":%.1f,\"pcie_gbps\":%.1f,\"host_gbps\":%.2f,\"host_per_token\":%llu},\"options\":[",
+            "\"hbm_gbps\":%.2f,\"pcie_gbps\":%.2f,\"host_gbps\":%.2f,\"host_per_token\":%llu,\"hbm_source\":\"%s\","
+            "\"pcie_source\":\"%s\",\"shared_gbps\":%.2f,\"gpu\":",
             (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
             (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
             (unsigned long long)t->activations, (unsigned long long)t->cuda_context,
             (unsigned long long)t->device_total, (unsigned long long)t->free_bytes, (unsigned long long)t->minimum,
             (unsigned long long)t->all_resident, (unsigned long long)t->read_per_token,
             (unsigned long long)t->streamed_per_token, t->tokens_per_second, t->resident_tokens_per_second,
-            t->max_ctx_that_fits, t->hbm_gbps, t->pcie_gbps, t->host_gbps, (unsigned long long)t->host_per_token);
+            t->max_ctx_that_fits, t->hbm_gbps, t->pcie_gbps, t->host_gbps, (unsigned long long)t->host_per_token,
+            report_source_key(t->hbm_source), report_source_key(t->pcie_source), t->shared_gbps);
+    cli_json_string(f, t->gpu_name, strlen(t->gpu_name));
+    fprintf(f, "},\"options\":[");
     for (size_t i = 0; i < engine_plan_n_options(plan); i++) {
         const engine_plan_option *o = engine_plan_option_at(plan, i);
         fprintf(f,

@@ -16,6 +16,7 @@
 
 #include "../../kernels/cpu/dtype.h"
 #include "../../quant/quant.h"
+#include "measure.h"
 #include "state.h"
 #include "stream.h"
 
@@ -551,6 +552,7 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
     pp.n_ctx = m->plan_ctx;
     pp.cuda_context_bytes = cm->reserve;
     pp.min_layers_streamed = m->min_streamed;
+    cuda_plan_bandwidths(&pp, m, plan_budget - cm->reserve); /* this device's, measured (measure.c) */
     char msg[ERR_MSG_MAX] = "";
     engine_status st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
     if (st)
@@ -559,6 +561,7 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
     const int streamed = engine_plan_get_totals(cm->plan)->n_layers_streamed;
     if (streamed > 0 && m->host_layers != 0 && engine_host_layer_rate(m, &pp.host_gbps) == ENGINE_OK) {
         pp.host_layers = m->host_layers;
+        cuda_plan_shared(&pp, m, plan_budget - cm->reserve); /* copies and CPU share host memory */
         engine_plan_free(cm->plan);
         cm->plan = NULL;
         st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
