@@ -372,7 +372,7 @@ void cuda_plan_bandwidths(engine_plan_params *pp, const engine_model *m, uint64_
             model_log(m, ENGINE_LOG_INFO, "CUDA: this device's memory measured at %.0f GB/s (a copy, read + "
                       "written), host to device at %.1f GB/s (pinned)", dev, h2d);
         } else {
-            model_log(m, ENGINE_LOG_WARN, "CUDA: bandwidths not measured (%s): planning with %.0f and %.1f GB/s",
+            model_log(m, ENGINE_LOG_INFO, "CUDA: bandwidths not measured (%s): planning with %.0f and %.1f GB/s",
                       e.msg, pp->hbm_gbps, pp->pcie_gbps);
         }
     }
@@ -394,7 +394,7 @@ void cuda_plan_shared(engine_plan_params *pp, const engine_model *m, uint64_t ro
     }
     cuda_shared_rates r;
     if (cuda_measure_shared(m, room, &r, &e) != ENGINE_OK) {
-        model_log(m, ENGINE_LOG_WARN, "CUDA: host memory sharing not measured (%s); the plan ignores it", e.msg);
+        model_log(m, ENGINE_LOG_INFO, "CUDA: host memory sharing not measured (%s); the plan ignores it", e.msg);
         pp->shared_gbps = 0.0;
         return;
     }

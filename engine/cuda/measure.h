@@ -47,7 +47,7 @@ engine_status cuda_measure_shared(const engine_model *m, uint64_t room, cuda_sha
 /*
  * For the placement of m: pp's hbm_gbps and pcie_gbps (and their sources)
  * as measured, or as m's params gave them (GIVEN), else left at the
- * defaults with a warning in m's log.
+ * defaults, saying why in m's log (info: a small budget is a normal reason).
  */
 void cuda_plan_bandwidths(engine_plan_params *pp, const engine_model *m, uint64_t room);
 
