@@ -142,8 +142,8 @@ int main(int argc, char **argv)
     launch_ctx lc = {};
     BENCH_CK(cudaStreamCreateWithFlags(&lc.stream, cudaStreamNonBlocking));
     lc.n_sms = prop.multiProcessorCount;
-    lc.fused_q4 = gemm_q4_supported();
-    if (!lc.fused_q4) {
+    lc.fast[K_OP_GEMM_Q4] = gemm_q4_supported();
+    if (!lc.fast[K_OP_GEMM_Q4]) {
         std::printf("q4gemm: %s (compute capability %d.%d) does not run the fused product\n", prop.name, prop.major,
                     prop.minor);
         return 1;

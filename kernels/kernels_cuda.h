@@ -31,15 +31,51 @@
 extern "C" {
 #endif
 
+/*
+ * The ops with a faster path than the portable one (which needs only
+ * compute capability 7.5), each a row of the table in kernels/cuda/paths.cu
+ * saying what each path is and what the fast one needs.
+ */
+typedef enum k_op {
+    K_OP_PDL = 0,         /* decode kernels launched as programmatic dependents (9.0)               */
+    K_OP_ATTN_CLUSTER,    /* decode attention merged in a cluster's shared memory (9.0)             */
+    K_OP_ATTN_PREFILL_TC, /* prefill attention on tensor cores for 16-bit caches (8.0)              */
+    K_OP_GEMM_Q4,         /* the fused 4-bit prefill product, launch_gemm_q4 (sm_90a: exactly 9.0)  */
+    K_OP_BF16,            /* bf16 products; without them bf16 weights become fp16 at load (8.0)     */
+    K_OP_COUNT
+} k_op;
+
 typedef struct launch_ctx {
     cudaStream_t stream;
     int n_sms;              /* multiprocessors of the device              */
     void *lt;               /* cublasLtHandle_t, for launch_gemm          */
     void *workspace;        /* cuBLASLt workspace (device), from the arena */
     size_t workspace_bytes;
-    bool fused_q4;          /* launch_gemm_q4 runs here (gemm_q4_supported) */
+    int cc;                 /* the capability acted on (cuda_caps.cc)     */
+    size_t smem_max;        /* shared memory a block may have at cc on this device */
+    bool fast[K_OP_COUNT];  /* per op: the fast path (launch_paths), else the portable one */
     char err[256];          /* message of the last failure                */
 } launch_ctx;
+
+/*
+ * What a device can run, as 10 * major + minor: its own capability, the
+ * level of the code it runs from this build (the machine code for it, or
+ * PTX compiled by the driver), ENGINE_CUDA_CC's cap (0: none), and the
+ * least of the three, which the paths follow.
+ */
+typedef struct cuda_caps {
+    int device_cc, code_cc, cap_cc, cc;
+    size_t smem_optin;  /* the device's shared memory a block may opt in to */
+    char name[64];
+    const char *archs; /* the architectures this build has code for (static) */
+} cuda_caps;
+/* 0, or -1 with one line in err: below 7.5 (or capped there), no code for the device, a bad ENGINE_CUDA_CC. */
+int launch_caps(int device, cuda_caps *caps, char *err, size_t err_size);
+/* c->cc and c->fast[] from the table, for caps. */
+void launch_paths(launch_ctx *c, const cuda_caps *caps);
+/* The op's name, and the path c takes for it (static strings). */
+const char *launch_path_op(k_op op);
+const char *launch_path_name(const launch_ctx *c, k_op op);
 
 /* Fills c->err (printf-style) and returns -1; for launchers. */
 int launch_fail(launch_ctx *c, const char *fmt, ...)
@@ -84,6 +120,11 @@ typedef struct rope_qkv_args {
     k_dtype kvt;
     const int *pos0;
     int n, n_heads, n_kv_heads, head_dim;
+    /* Decode attention's portable merge: partial results [n_kv_heads * 16 *
+     * (G * hd + 2 * G)] (G = n_heads / n_kv_heads), and a counter per kv
+     * head, zero before the first launch (each launch leaves them zero). */
+    float *part;
+    unsigned *count;
 } rope_qkv_args;
 int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
 
@@ -92,12 +133,18 @@ int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
  * rope_qkv step folded in: `r` is what launch_rope_qkv would take for n = 1
  * (q_out unused); the kernel ropes q itself and writes the new k and v into
  * the cache rows at *r->pos0 before using them. The KV length is split
- * among n_splits blocks (1 .. 16; one thread-block cluster per kv head, so
- * above 8 only where the device allows non-portable cluster sizes, else 8), each
- * taking an equal share of whatever length the position gives; they merge
- * their results through distributed shared memory into out [nh*hd] fp32.
+ * among n_splits blocks (1 .. 16), each taking an equal share of whatever
+ * length the position gives, and their results are merged into out
+ * [nh*hd] fp32:
+ * - c->fast[K_OP_ATTN_CLUSTER]: the splits of a kv head are one
+ *   thread-block cluster (above 8 only where the device allows
+ *   non-portable cluster sizes, else 8) and merge through distributed
+ *   shared memory;
+ * - otherwise each block writes its partial result to r->part and the
+ *   last of a kv head's blocks to finish (r->count) merges them.
  * window > 0: only the last `window` positions (itself included). Launched
- * as a programmatic dependent of the kernel before it (the q/k/v product).
+ * as a programmatic dependent of the kernel before it (the q/k/v product)
+ * where c->fast[K_OP_PDL].
  */
 int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, float *out, int window, int n_splits);
 

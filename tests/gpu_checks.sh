@@ -6,6 +6,8 @@
 # and arena tests.
 #   tests/gpu_checks.sh [BIN_DIR]   (a build folder, or one folder holding
 #                                    infer and the test binaries; default build)
+# GPU_CHECKS_QUICK=1: the tests only, without the sanitizer runs.
+# ENGINE_CUDA_CC caps the capability the engine acts on (tests/gpu_configs.sh).
 # Exits non-zero if any test fails or a sanitizer reports an error.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +29,11 @@ check() { # NAME COMMAND...: run, print one status line, keep the log's tail on 
 for t in test_kernels_cuda test_arena test_parity_cuda test_plan_cuda test_stream_cuda; do check "$t" "$(bin $t)"; done
 check test_model_cuda env ENGINE_TEST_DEVICE=cuda "$(bin test_model)"
 M=$ROOT/models/stories260K
+if [ -n "${GPU_CHECKS_QUICK:-}" ]; then # the tests alone, no sanitizer runs
+  echo "gpu_checks: $fails failure(s)"
+  [ "$fails" -eq 0 ]
+  exit
+fi
 for tool in memcheck racecheck; do
   check "$tool infer greedy" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40
   check "$tool infer sampled" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40 --temp 0.8 --top-p 0.9

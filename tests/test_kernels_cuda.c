@@ -307,6 +307,10 @@ static void test_rope_qkv(launch_ctx *lc)
         }
 }
 
+/* Shared memory below Hopper's (227 KB a block): a capability where some
+ * test shapes are refused (with a message) rather than launched. */
+#define LESSER_SMEM (227 * 1024)
+
 /* Attention, decode (split) and prefill (tiled), against k_attention on the same (rounded) cache. */
 static void check_attention(launch_ctx *lc, k_dtype kvt, k_dtype ot, int nh, int nkv, int hd, int n, int pos0,
                             int window)
@@ -320,6 +324,12 @@ static void check_attention(launch_ctx *lc, k_dtype kvt, k_dtype ot, int nh, int
     float *dq = dev_copy(q, (size_t)n * nh * hd);
     void *dout = dev_alloc((size_t)n * nh * hd * k_dtype_size(ot));
     int rc = launch_attention_prefill(lc, dout, ot, dq, dk, dv, kvt, n, pos0, nh, nkv, hd, window);
+    if (rc != 0 && strstr(lc->err, "shared memory") && lc->smem_max < LESSER_SMEM) {
+        printf("test_kernels_cuda: refused at %zu bytes of shared memory: %s\n", lc->smem_max, lc->err);
+        free(kv), free(vv), free(hk), free(hv), free(q);
+        cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout);
+        return;
+    }
     CHECK_MSG(rc == 0, "%s", lc->err);
     float *got = host_f32(dout, ot, (size_t)n * nh * hd), *ref = malloc((size_t)n * nh * hd * sizeof *ref);
     k_ctx kc = cpu_ctx(hd);
@@ -373,10 +383,26 @@ static void check_attention_decode(launch_ctx *lc, k_dtype kvt, int nh, int nkv,
     float *dout = dev_alloc((size_t)nh * hd * sizeof(float));
     uint32_t *dmax = dev_alloc(sizeof(uint32_t));
     cudaMemset(dmax, 0, sizeof(uint32_t));
+    /* The portable merge's partial results (poisoned) and counters (zero, as the session leaves them). */
+    const size_t part_n = (size_t)16 * (nh * hd + 2 * nh);
+    float *dpart = dev_alloc(part_n * sizeof(float));
+    unsigned *dcount = dev_alloc((size_t)nkv * sizeof(unsigned));
+    cudaMemset(dpart, 0xff, part_n * sizeof(float));
+    cudaMemset(dcount, 0, (size_t)nkv * sizeof(unsigned));
     rope_qkv_args a = {.out_max = dmax, .qkv = dqkv, .bias = db, .q_norm = norm ? dqn : NULL, .k_norm = norm ? dkn : NULL,
                        .eps = 1e-6f, .cos = dcs, .sin = dsn, .k_cache = dk, .v_cache = dv, .kvt = kvt,
-                       .pos0 = dpos, .n = 1, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd};
-    CHECK_MSG(launch_attention_decode(lc, &a, dout, window, splits) == 0, "%s", lc->err);
+                       .pos0 = dpos, .n = 1, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
+                       .part = dpart, .count = dcount};
+    const int rc = launch_attention_decode(lc, &a, dout, window, splits);
+    if (rc != 0 && strstr(lc->err, "shared memory") && lc->smem_max < LESSER_SMEM) {
+        /* A shape beyond a lesser GPU's shared memory is refused with a message, not launched. */
+        printf("test_kernels_cuda: refused at %zu bytes of shared memory: %s\n", lc->smem_max, lc->err);
+        free(kv), free(vv), free(hk), free(hv), free(qkv), free(bias), free(qn), free(kn), free(cs), free(sn);
+        cudaFree(dk), cudaFree(dv), cudaFree(dqkv), cudaFree(db), cudaFree(dqn), cudaFree(dkn), cudaFree(dcs);
+        cudaFree(dsn), cudaFree(dpos), cudaFree(dout), cudaFree(dmax), cudaFree(dpart), cudaFree(dcount);
+        return;
+    }
+    CHECK_MSG(rc == 0, "%s", lc->err);
     /* CPU */
     k_ctx kc = cpu_ctx(hd);
     float *q = malloc((size_t)nh * hd * sizeof *q), *kn_row = kv + (size_t)pos * kvd, *vn_row = vv + (size_t)pos * kvd;
@@ -422,14 +448,34 @@ static void check_attention_decode(launch_ctx *lc, k_dtype kvt, int nh, int nkv,
     memcpy(&have, &hm, sizeof have);
     CHECK_MSG(have == want, "attention decode %s hd %d pos %d splits %d: output maximum %g, want %g", dtype_name(kvt), hd,
               pos, splits, have, want);
-    cudaFree(dmax);
+    /* The counters are left at zero for the next launch. */
+    unsigned *counts = malloc((size_t)nkv * sizeof *counts);
+    cudaMemcpy(counts, dcount, (size_t)nkv * sizeof *counts, cudaMemcpyDeviceToHost);
+    for (int h = 0; h < nkv; h++)
+        CHECK_MSG(counts[h] == 0, "attention decode: kv head %d's counter left at %u", h, counts[h]);
+    free(counts);
+    cudaFree(dmax), cudaFree(dpart), cudaFree(dcount);
     free(q), free(ref), free(got), free(gk), free(gv), free(kc.scratch), free(kv), free(vv), free(hk), free(hv);
     free(qkv), free(bias), free(qn), free(kn), free(cs), free(sn);
     cudaFree(dk), cudaFree(dv), cudaFree(dqkv), cudaFree(db), cudaFree(dqn), cudaFree(dkn), cudaFree(dcs);
     cudaFree(dsn), cudaFree(dpos), cudaFree(dout);
 }
 
+static void test_attention_paths(launch_ctx *lc);
+
+/* Each attention path the device can take: as dispatched, then the portable ones where those differ. */
 static void test_attention(launch_ctx *lc)
+{
+    test_attention_paths(lc);
+    if (lc->fast[K_OP_ATTN_CLUSTER] || lc->fast[K_OP_ATTN_PREFILL_TC] || lc->fast[K_OP_PDL]) {
+        launch_ctx portable = *lc;
+        portable.fast[K_OP_ATTN_CLUSTER] = portable.fast[K_OP_ATTN_PREFILL_TC] = portable.fast[K_OP_PDL] = false;
+        printf("test_kernels_cuda: attention again on the portable paths\n");
+        test_attention_paths(&portable);
+    }
+}
+
+static void test_attention_paths(launch_ctx *lc)
 {
     for (int ti = 0; ti < 3; ti++) {
         const k_dtype kvt = TYPES[ti];
@@ -756,6 +802,10 @@ static void test_quant_products(launch_ctx *lc)
             check_gemv_quant(lc, K_NF4, 0, mode & 1, rows, cols, mode);
             check_gemv_quant(lc, K_FP4, 0, false, rows, cols, mode);
         }
+    /* Qwen2.5-7B's down product: past Turing's shared memory (the input read in place there, int8 unpadded). */
+    check_gemv_quant(lc, K_I8, 0, false, 256, 18944, 0);
+    check_gemv_quant(lc, K_I8, Q_INT8_GROUP, false, 256, 18944, 0);
+    check_gemv_quant(lc, K_NF4, 0, true, 256, 18944, 0);
 }
 
 /* y[n, w rows] set to y0 (acc) or poisoned, then the fused product into it; its result on the host (malloc'd). */
@@ -876,8 +926,9 @@ static void check_gemm_q4(launch_ctx *lc, k_dtype type, int group, bool dq, k_dt
 
 static void test_gemm_q4(launch_ctx *lc)
 {
-    if (!gemm_q4_supported()) {
-        printf("test_kernels_cuda: the fused 4-bit product needs compute capability 9.0: not checked here\n");
+    if (!lc->fast[K_OP_GEMM_Q4]) {
+        printf("test_kernels_cuda: the fused 4-bit product needs compute capability 9.0 and sm_90a code: not "
+               "checked here\n");
         return;
     }
     const int all = lc->n_sms;
@@ -956,11 +1007,14 @@ static void test_matrix_products(launch_ctx *lc)
             for (int in = 0; in < 4; in++) /* both inputs, with and without accumulate + bias */
                 check_gemv(lc, t, shapes[s][0], shapes[s][1], (gemv_input)(in & 1), in >= 2, in >= 2);
         check_gemv(lc, t, 4096, 4096, GEMV_IN_RMSNORM, false, false);
+        check_gemv(lc, t, 300, 18944, GEMV_IN_F32, true, false); /* past Turing's shared memory: read in place */
         check_gemv_glu(lc, t, 1, 8, true);
         check_gemv_glu(lc, t, 86, 64, false);
         check_gemv_glu(lc, t, 172, 64, true);
         check_gemv_glu(lc, t, 8192, 2048, true);
         static const int gshapes[][3] = {{1, 64, 64}, {5, 192, 64}, {64, 128, 256}, {300, 512, 1024}, {17, 96, 172}};
+        if (t == K_BF16 && !lc->fast[K_OP_BF16]) /* no bf16 products: the engine converts bf16 weights to f16 */
+            continue;
         for (size_t s = 0; s < sizeof gshapes / sizeof gshapes[0]; s++)
             for (int acc = 0; acc < 2; acc++)
                 check_gemm(lc, t, gshapes[s][0], gshapes[s][1], gshapes[s][2], acc);
@@ -980,6 +1034,17 @@ int main(void)
     test_rng_state = 0x2545f4914f6cdd1dull; /* other inputs than the CPU kernel test's */
     launch_ctx lc;
     memset(&lc, 0, sizeof lc);
+    cuda_caps caps;
+    char why[256];
+    if (launch_caps(0, &caps, why, sizeof why) != 0) {
+        printf("test_kernels_cuda: SKIP: %s\n", why);
+        return 77;
+    }
+    launch_paths(&lc, &caps);
+    printf("test_kernels_cuda: %s, compute capability %d (code %d, cap %d): paths for %d\n", caps.name, caps.device_cc,
+           caps.code_cc, caps.cap_cc, caps.cc);
+    for (int op = 0; op < K_OP_COUNT; op++)
+        printf("  %s: %s\n", launch_path_op((k_op)op), launch_path_name(&lc, (k_op)op));
     CHECK(cudaStreamCreate(&lc.stream) == cudaSuccess);
     cudaDeviceGetAttribute(&lc.n_sms, cudaDevAttrMultiProcessorCount, 0);
     test_embed(&lc);

@@ -52,6 +52,7 @@ static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int la
         .k_cache = layer_cache(cs, s, cs->k_cache, layer), .v_cache = layer_cache(cs, s, cs->v_cache, layer),
         .kvt = cs->kvt, .pos0 = cs->step + STEP_POS, .n = n,
         .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+        .part = cs->attn_part, .count = cs->attn_count,
     };
     return a;
 }
@@ -82,7 +83,7 @@ static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *
     if (k_dtype_is_quant(w->t)) {
         gemv_args g = {.rows = rows, .cols = cols};
         set_mat(&g, w);
-        const int sub = cs->lc.fused_q4 ? gemm_q4_tiles(&cs->lc, &g, cs->cm->wt, n, &cs->q4_work) : 0;
+        const int sub = cs->lc.fast[K_OP_GEMM_Q4] ? gemm_q4_tiles(&cs->lc, &g, cs->cm->wt, n, &cs->q4_work) : 0;
         if (sub)
             return launch_gemm_q4(&cs->lc, y, accumulate, cs->act, cs->cm->wt, &g, n, sub, &cs->q4_work);
         TRY(launch_dequant(&cs->lc, cs->deq, cs->cm->wt, &g));

@@ -9,6 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,10 +30,16 @@
 
 bool cuda_available(char *why, size_t why_size)
 {
-    int n = 0;
+    int n = 0, dev = 0;
     cudaError_t ce = cudaGetDeviceCount(&n);
     if (ce != cudaSuccess || n == 0) {
         snprintf(why, why_size, "%s", ce != cudaSuccess ? cudaGetErrorString(ce) : "no CUDA device");
+        cudaGetLastError();
+        return false;
+    }
+    /* A device below 7.5, or one this build has no code for, is no device: said here, not in a launch. */
+    cuda_caps caps;
+    if (cudaGetDevice(&dev) != cudaSuccess || launch_caps(dev, &caps, why, why_size) != 0) {
         cudaGetLastError();
         return false;
     }
@@ -78,8 +85,11 @@ static void up_close(uploader *u)
         cudaStreamDestroy(u->stream);
 }
 
-/* Element i of src as dst type `to`, written at out[i]. */
-static void convert(void *out, k_dtype to, const k_weight *src, size_t first, size_t n, int n_threads)
+/*
+ * Element i of src as dst type `to`, written at out[i]. Returns how many
+ * finite values became infinite (a bf16 or fp32 value beyond fp16's range).
+ */
+static size_t convert(void *out, k_dtype to, const k_weight *src, size_t first, size_t n, int n_threads)
 {
     const size_t in_size = k_dtype_size(src->dtype);
     if (src->dtype == to) {
@@ -90,18 +100,35 @@ static void convert(void *out, k_dtype to, const k_weight *src, size_t first, si
             size_t bytes = n * in_size, lo = bytes * part / 16, hi = bytes * (part + 1) / 16;
             memcpy((char *)out + lo, from + lo, hi - lo);
         }
-        return;
+        return 0;
     }
-#pragma omp parallel for num_threads(n_threads) schedule(static)
+    size_t overflow = 0;
+#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : overflow)
     for (size_t i = 0; i < n; i++) {
         float v = k_weight_get(src, first + i);
-        if (to == K_F32)
+        if (to == K_F32) {
             ((float *)out)[i] = v;
-        else if (to == K_F16)
-            ((uint16_t *)out)[i] = f32_to_f16(v);
-        else
+        } else if (to == K_F16) {
+            const uint16_t h = f32_to_f16(v);
+            ((uint16_t *)out)[i] = h;
+            overflow += (h & 0x7fffu) == 0x7c00u && isfinite(v);
+        } else {
             ((uint16_t *)out)[i] = f32_to_bf16(v);
+        }
     }
+    return overflow;
+}
+
+static const char *dense_name(k_dtype t) { return t == K_F32 ? "f32" : t == K_F16 ? "f16" : "bf16"; }
+
+/* The error for a tensor that does not fit the type it is converted to. */
+static engine_status range_error(const k_weight *src, k_dtype to, size_t overflow, err_buf *e)
+{
+    return err_set(e, ENGINE_ERR_UNSUPPORTED,
+                   "a %s tensor [%d, %d] has %zu values beyond %s's range: this GPU multiplies %s weights as %s "
+                   "(no bf16 products before compute capability 8.0); run this model with --device cpu",
+                   dense_name(src->dtype), src->rows, src->cols, overflow, dense_name(to), dense_name(src->dtype),
+                   dense_name(to));
 }
 
 /* Copy all of src, as type `to`, to device memory dst. */
@@ -115,7 +142,9 @@ static engine_status up_tensor(uploader *u, void *dst, k_dtype to, const k_weigh
         u->next ^= 1;
         cudaError_t ce = cudaEventSynchronize(u->done[b]);
         if (ce == cudaSuccess) {
-            convert(u->stage[b], to, src, done, n, u->n_threads);
+            const size_t overflow = convert(u->stage[b], to, src, done, n, u->n_threads);
+            if (overflow)
+                return range_error(src, to, overflow, e);
             ce = cudaMemcpyAsync((char *)dst + done * esz, u->stage[b], n * esz, cudaMemcpyHostToDevice, u->stream);
         }
         if (ce == cudaSuccess)
@@ -212,7 +241,9 @@ static engine_status sink_tensor(sink *k, char *base, uint64_t at, k_dtype to, c
         r->img_off = (img + bytes + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
         if (!r->fill)
             return ENGINE_OK;
-        convert(r->sm->image + img, to, src, 0, n, r->n_threads);
+        const size_t overflow = convert(r->sm->image + img, to, src, 0, n, r->n_threads);
+        if (overflow)
+            return range_error(src, to, overflow, e);
         from = r->sm->image + img;
     }
     if (r->fill && !stream_add_copy(r->sm, r->layer, at, from, bytes))
@@ -580,6 +611,19 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
     return ENGINE_OK;
 }
 
+/* The device, the capability acted on and each op's path, once per model (info). */
+static void log_paths(const engine_model *m, const cuda_model *cm)
+{
+    const cuda_caps *k = &cm->caps;
+    char cap[64] = "";
+    if (k->cap_cc)
+        snprintf(cap, sizeof cap, ", ENGINE_CUDA_CC=%d", k->cap_cc);
+    model_log(m, ENGINE_LOG_INFO, "CUDA: %s, compute capability %d.%d, code for %d.%d%s: paths for %d.%d", k->name,
+              k->device_cc / 10, k->device_cc % 10, k->code_cc / 10, k->code_cc % 10, cap, k->cc / 10, k->cc % 10);
+    for (int op = 0; op < K_OP_COUNT; op++)
+        model_log(m, ENGINE_LOG_INFO, "CUDA:   %s: %s", launch_path_op((k_op)op), launch_path_name(&cm->paths, (k_op)op));
+}
+
 engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **out, err_buf *e)
 {
     *out = NULL;
@@ -592,15 +636,23 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     }
     size_t free_b = 0;
+    char why[256] = "";
     cudaError_t ce = cudaGetDevice(&cm->device);
     if (ce == cudaSuccess)
         ce = cudaDeviceGetAttribute(&cm->n_sms, cudaDevAttrMultiProcessorCount, cm->device);
-    engine_status st = ce == cudaSuccess ? measure_reserve(&cm->reserve, &free_b, e)
+    engine_status st = ce == cudaSuccess ? ENGINE_OK
                                          : err_set(e, ENGINE_ERR_CUDA, "CUDA device: %s", cudaGetErrorString(ce));
+    if (!st && launch_caps(cm->device, &cm->caps, why, sizeof why) != 0)
+        st = err_set(e, ENGINE_ERR_UNSUPPORTED, "CUDA device: %s", why);
+    if (!st)
+        launch_paths(&cm->paths, &cm->caps);
+    if (!st)
+        st = measure_reserve(&cm->reserve, &free_b, e);
     if (st) {
         cuda_model_free(cm);
         return st;
     }
+    log_paths(m, cm);
     /* The budget covers everything on the device: the arena gets what the context leaves. */
     uint64_t arena_budget;
     if (budget == 0) {
@@ -618,7 +670,13 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
             model_log(m, ENGINE_LOG_WARN, "the budget of %.2f GiB is above the %.2f GiB the device has free",
                       budget / 1073741824.0, (free_b + cm->reserve) / 1073741824.0);
     }
-    cm->wt = m->tok_emb.dtype; /* the dense type; quantized matrices keep their own */
+    /* The dense type; quantized matrices keep their own. Without bf16
+     * products (before 8.0), bf16 weights become fp16 as they are uploaded:
+     * the same bytes, 3 more mantissa bits, a range to 65504 that each
+     * converted tensor is checked against (convert()). */
+    cm->wt = m->tok_emb.dtype;
+    if (cm->wt == K_BF16 && !cuda_takes_fast(cm, K_OP_BF16))
+        cm->wt = K_F16;
     st = plan_placement(cm, m, budget, e);
     if (!st)
         st = arena_create(arena_budget, getenv("ENGINE_ARENA_PLAIN") != NULL, &cm->arena, e);

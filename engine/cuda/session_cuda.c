@@ -38,6 +38,8 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->cand_vals = b.cand_vals;
     cs->step = b.step;
     cs->in_max = b.in_max;
+    cs->attn_part = b.attn_part;
+    cs->attn_count = b.attn_count;
     /* The fused 4-bit product never runs beside the decoding into deq (both are prefill's, on one stream), so
      * its split tiles' partial sums use deq's bytes. */
     cs->q4_work.part = b.deq;
@@ -62,10 +64,12 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     cs->cm = m->cuda;
     cs->lc.n_sms = cs->cm->n_sms;
-    cs->lc.fused_q4 = gemm_q4_supported();
+    cs->lc.cc = cs->cm->paths.cc;
+    cs->lc.smem_max = cs->cm->paths.smem_max;
+    memcpy(cs->lc.fast, cs->cm->paths.fast, sizeof cs->lc.fast);
     cs->lc.workspace_bytes = WORKSPACE_BYTES;
-    /* Decode attention splits each kv head's keys among the blocks of a
-     * cluster: enough that the kv heads' clusters cover the multiprocessors
+    /* Decode attention splits each kv head's keys among blocks (a cluster
+     * on Hopper): enough that the kv heads' clusters cover the multiprocessors
      * (a block streams its keys at about one multiprocessor's share of the
      * memory bandwidth), at most 16 and at most one per 16 positions. */
     int splits = 1;
@@ -106,6 +110,8 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cudaError_t ce = cudaStreamCreateWithFlags(&cs->lc.stream, cudaStreamNonBlocking);
     if (ce == cudaSuccess) /* on the session's stream: it does not wait for the legacy stream */
         ce = cudaMemsetAsync(cs->q4_work.count, 0, PLAN_Q4_COUNTS * sizeof(uint32_t), cs->lc.stream);
+    if (ce == cudaSuccess)
+        ce = cudaMemsetAsync(cs->attn_count, 0, (size_t)c->n_kv_heads * sizeof(uint32_t), cs->lc.stream);
     /* With hosted layers the CPU is busy during a step: the thread waiting for it sleeps rather than spins. */
     const unsigned done_flags = cudaEventDisableTiming | (cs->host ? cudaEventBlockingSync : 0);
     for (int i = 0; i < 2 && ce == cudaSuccess; i++)

@@ -54,6 +54,8 @@ struct cuda_model {
     arena *arena;
     int device;
     int n_sms;
+    cuda_caps caps;     /* what the device and this build run (launch_caps) */
+    launch_ctx paths;   /* cc, smem_max and fast[]: the paths every session of the model takes */
     k_dtype wt;         /* the dense type: embeddings, activations, dense matrices */
     void *weights;      /* the one arena region all of the below live in   */
     uint64_t weight_bytes;
@@ -111,6 +113,8 @@ struct cuda_session {
     int32_t *step;        /* [STEP_INTS]                                 */
     uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zero at each decode step's start */
     gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
+    float *attn_part;     /* [PLAN_ATTN_PART_FLOATS] decode attention's portable merge */
+    unsigned *attn_count; /* [n_kv_heads] its counters, zero between launches */
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
     int32_t *ring;        /* h_step + STEP_RING as the device sees it: decode's argmax writes it */
@@ -124,6 +128,9 @@ struct cuda_session {
     cudaEvent_t step_done[2]; /* recorded after the decode step at position p, in [p & 1] */
     bool logits_stale;    /* the device logits are a dropped evaluation's */
 };
+
+/* Whether the model's sessions take op's fast path (kernels/cuda/paths.cu). */
+static inline bool cuda_takes_fast(const cuda_model *cm, k_op op) { return cm->paths.fast[op]; }
 
 /* engine_status for a failed launcher, naming the op (the message is in lc.err). */
 engine_status cuda_launch_error(cuda_session *cs, err_buf *e);

@@ -124,10 +124,10 @@ extern "C" int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n,
     argmax_scratch_t *sc = static_cast<argmax_scratch_t *>(scratch);
     cudaError_t e = cudaSuccess;
     if (!feed->x)
-        e = launch_pdl(k_argmax<float>, dim3(blocks), dim3(ARGMAX_THREADS), 0, c->stream, out, x, n, sc, *feed);
+        e = launch_pdl(c, k_argmax<float>, dim3(blocks), dim3(ARGMAX_THREADS), 0, out, x, n, sc, *feed);
     else
         DISPATCH_TYPE(feed->emb_t, T,
-                      e = launch_pdl(k_argmax<T>, dim3(blocks), dim3(ARGMAX_THREADS), 0, c->stream, out, x, n, sc,
+                      e = launch_pdl(c, k_argmax<T>, dim3(blocks), dim3(ARGMAX_THREADS), 0, out, x, n, sc,
                                      *feed));
     if (e != cudaSuccess)
         return launch_fail(c, "argmax: %s", cudaGetErrorString(e));

@@ -2,14 +2,21 @@
  * attention_decode.cu: attention of one new token against the KV cache
  * (decode), with the rope_qkv step folded in, flash-decoding style: one
  * query gives little parallelism, so the keys of each kv head are split
- * among the blocks of a thread-block cluster; each block keeps a running
- * max, sum and unnormalised output per q head in shared memory, and the
- * blocks merge them through distributed shared memory. No partial results
- * go through global memory and no second kernel runs: with a separate
- * combine launch this op cost about 12 us a layer in the decode of a 1B
- * model, far more than its keys take to read.
+ * among blocks; each block keeps a running max, sum and unnormalised
+ * output per q head in shared memory, and the blocks' results are merged
+ * without a second kernel (with a separate combine launch this op cost
+ * about 12 us a layer in the decode of a 1B model, far more than its keys
+ * take to read). Two merges, one kernel template (paths.cu chooses):
  *
- * The merge is pushed, not pulled: each block owns a slice of the outputs,
+ * - Hopper (CLUSTER): the splits of a kv head are a thread-block cluster
+ *   and merge through distributed shared memory; no partial result goes
+ *   through global memory.
+ * - Portable (compute capability 7.5): each block writes its partial
+ *   result to global memory and counts itself in on its kv head's
+ *   counter; the last block to arrive merges them (L2 round trips instead
+ *   of shared memory, and that block's tail instead of the cluster's).
+ *
+ * The cluster merge is pushed, not pulled: each block owns a slice of the outputs,
  * and every block stores its max, sum and accumulator slice into the
  * owner's shared memory with st.async, which counts the bytes on the
  * owner's mbarrier. An owner waits for its bytes, merges and exits. No
@@ -34,27 +41,40 @@
  * so that eight threads reading the same granule of eight rows touch all
  * 32 banks once.
  */
-#include <cooperative_groups.h>
-
 #include <type_traits>
 
 #include "rope.cuh"
-
-namespace cg = cooperative_groups;
 
 #define DEC_THREADS 256
 #define DEC_MAX_SPLITS 16 /* blocks in a cluster; above 8 needs non-portable cluster sizes */
 #define DEC_CHUNK_MAX 128 /* keys staged in shared memory at a time */
 #define DEC_SMEM_TARGET (96 * 1024)
 
+/* 16 bytes from global to shared memory: asynchronous from sm_80 (cp.async), a plain load and store before. */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
 {
+#if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+#else
+    *static_cast<uint4 *>(smem) = __ldcg(static_cast<const uint4 *>(gmem));
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
 /* Wait until at most N committed groups of this thread are still in flight. */
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 
+#if __CUDA_ARCH__ >= 900 || !defined(__CUDA_ARCH__)
+#define DEC_HAVE_CLUSTERS 1
 /* A shared-memory address in the block of the given cluster rank. */
 __device__ __forceinline__ unsigned cluster_addr(unsigned a, int rank)
 {
@@ -75,6 +95,9 @@ __device__ __forceinline__ void push2(unsigned dst, float a, float b, unsigned b
                  "f"(b), "r"(bar)
                  : "memory");
 }
+#else
+#define DEC_HAVE_CLUSTERS 0
+#endif
 
 /*
  * How the outputs of a kv head (G x hd) are shared among the cluster's
@@ -120,32 +143,91 @@ template <typename T> __device__ __forceinline__ void granule_f32(const uint4 g,
 /*
  * Shared memory, in order (16-byte aligned first): two buffers of K and V
  * chunks [chunk][hb] granules, the new k and v rows [2][hb]; then fp32: the
- * merge's buffer (dec_merge), per q head of the group q [G][hd] and the
+ * cluster merge's buffer (dec_merge; none in the portable merge), per q head of the group q [G][hd] and the
  * output accumulator [G][hd], scores [G][chunk], max, sum and correction
  * [G].
  */
 struct dec_smem {
-    static __host__ __device__ size_t fixed_bytes(int g, int hd, int es)
+    static __host__ __device__ size_t fixed_bytes(int g, int hd, int es, bool cluster)
     {
-        return (dec_merge::floats(g, hd) + (size_t)2 * g * hd + 3 * g) * 4 + 2 * (size_t)hd * es;
+        return ((cluster ? dec_merge::floats(g, hd) : 0) + (size_t)2 * g * hd + 3 * g) * 4 + 2 * (size_t)hd * es;
     }
     static __host__ __device__ size_t key_bytes(int g, int hd, int es) { return (size_t)4 * hd * es + 4 * g; }
 };
 
-template <typename T>
+/*
+ * The portable merge, by every thread of each block of kv head kvh: the
+ * block's accumulator os [G][hd] and its (max, sum) per head go to its row
+ * of a.part; the last block of the head to count itself in (a.count[kvh])
+ * weighs every split's row as the cluster merge does and writes out[],
+ * then sets the counter back to zero for the next launch. wt: shared
+ * memory for G x DEC_MAX_SPLITS weights.
+ */
+__device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, int split, int splits, int kvh, int G,
+                                          int hd, const float *os, const float *ms, const float *ls, float *wt)
+{
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = DEC_THREADS / 32, n_out = G * hd;
+    const size_t stride = (size_t)n_out + 2 * G;
+    float *base = a.part + (size_t)kvh * DEC_MAX_SPLITS * stride, *row = base + (size_t)split * stride;
+    for (int i = tid; i < n_out; i += DEC_THREADS)
+        row[i] = os[i];
+    for (int g = tid; g < G; g += DEC_THREADS) {
+        row[n_out + 2 * g] = ms[g];
+        row[n_out + 2 * g + 1] = ls[g];
+    }
+    __shared__ bool last;
+    __threadfence(); /* this block's row is visible before its arrival is */
+    __syncthreads();
+    if (tid == 0)
+        last = atomicAdd(a.count + kvh, 1u) == (unsigned)splits - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence(); /* every other row is read after their arrivals */
+    for (int g = warp; g < G; g += warps) {
+        const float *pair = base + (size_t)lane * stride + n_out + 2 * g;
+        const float m_s = lane < splits ? __ldcg(pair) : -INFINITY, l_s = lane < splits ? __ldcg(pair + 1) : 0.0f;
+        const float mx = warp_max(m_s);
+        const float w = m_s == -INFINITY ? 0.0f : expf(m_s - mx);
+        const float den = warp_sum(w * l_s);
+        if (lane < splits)
+            wt[g * DEC_MAX_SPLITS + lane] = w / den;
+    }
+    __syncthreads();
+    float omx = 0.0f;
+    for (int t = tid; t < n_out; t += DEC_THREADS) {
+        const float *w = wt + (t / hd) * DEC_MAX_SPLITS;
+        float num = 0.0f;
+        for (int s = 0; s < splits; s++)
+            num += w[s] * __ldcg(base + (size_t)s * stride + t);
+        out[(size_t)kvh * n_out + t] = num;
+        omx = fmaxf(omx, fabsf(num));
+    }
+    if (tid == 0)
+        a.count[kvh] = 0;
+    if (a.out_max) {
+        omx = warp_max(omx);
+        if (lane == 0 && omx > 0.0f)
+            atomicMax(a.out_max, __float_as_uint(omx));
+    }
+}
+
+template <typename T, bool CLUSTER>
 __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, rope_qkv_args a, int window, int chunk)
 {
     constexpr int EL = 16 / sizeof(T); /* elements per granule */
     extern __shared__ uint4 sm[];
-    cg::cluster_group cluster = cg::this_cluster();
-    const int split = (int)cluster.block_rank(), splits = (int)cluster.num_blocks(), kvh = blockIdx.y;
+    /* A kv head's splits are blockIdx.x (a cluster spans them: its rank is blockIdx.x too). */
+    const int split = blockIdx.x, splits = gridDim.x, kvh = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = DEC_THREADS / 32;
     const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim, G = nh / nkv, kvd = nkv * hd;
     const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
     uint4 *kbuf = sm, *vbuf = kbuf + (size_t)2 * chunk * hb, *nrow = vbuf + (size_t)2 * chunk * hb;
-    float *recv = reinterpret_cast<float *>(nrow + 2 * hb), *qs = recv + dec_merge::floats(G, hd);
+    float *recv = reinterpret_cast<float *>(nrow + 2 * hb), *qs = recv + (CLUSTER ? dec_merge::floats(G, hd) : 0);
     float *os = qs + G * hd, *sc = os + G * hd, *ms = sc + G * chunk, *ls = ms + G, *cr = ls + G;
+#if DEC_HAVE_CLUSTERS
     __shared__ uint64_t merged; /* the merge's bytes for this block have arrived */
+#endif
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
 
     const int pos = *a.pos0; /* copied in before the graph's first kernel */
@@ -181,12 +263,16 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     }
     const dec_merge mg(G, hd, splits);
     const int n_out = G * hd, my0 = split * mg.per, my_n = max(0, min(mg.per, n_out - my0));
-    if (tid == 0) { /* each block sends an owner its slice and its (max, sum) pairs; past the last owner, nothing */
-        mbar_init(&merged, 1);
-        mbar_expect(&merged, splits > 1 && my_n > 0 ? (unsigned)(splits * (my_n * 4 + G * 8)) : 0u);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#if DEC_HAVE_CLUSTERS
+    if constexpr (CLUSTER) {
+        if (tid == 0) { /* each block sends an owner its slice and its (max, sum) pairs; past the last owner, nothing */
+            mbar_init(&merged, 1);
+            mbar_expect(&merged, splits > 1 && my_n > 0 ? (unsigned)(splits * (my_n * 4 + G * 8)) : 0u);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); /* waited on before the first push */
     }
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); /* waited on before the first push */
+#endif
     dependents_may_launch(); /* the output projection may start loading its weights */
     dependency_wait();       /* the q/k/v product is complete */
 
@@ -299,6 +385,11 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         __syncthreads(); /* before the buffer is refilled and sc is overwritten */
     }
 
+    if constexpr (!CLUSTER) {
+        merge_global(out, a, split, splits, kvh, G, hd, os, ms, ls, sc);
+        return;
+    }
+#if DEC_HAVE_CLUSTERS
     /* Push this block's share to every owner: its accumulator's slice in
      * 16-byte pieces, and its (max, sum) for every head. st.async needs a
      * cluster of two blocks or more (compute-sanitizer reports a store in
@@ -367,6 +458,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         if (lane == 0 && omx > 0.0f)
             atomicMax(a.out_max, __float_as_uint(omx));
     }
+#endif
 }
 
 template <typename T>
@@ -374,11 +466,16 @@ static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int win
 {
     const int G = a->n_heads / a->n_kv_heads, hd = a->head_dim, es = (int)sizeof(T);
     /* As many keys a chunk as fit the target, at least 16 (then past it). */
-    const size_t fixed = dec_smem::fixed_bytes(G, hd, es), per_key = dec_smem::key_bytes(G, hd, es);
-    long chunk = ((long)DEC_SMEM_TARGET - (long)fixed) / (long)per_key;
+    const bool cluster = c->fast[K_OP_ATTN_CLUSTER];
+    const size_t fixed = dec_smem::fixed_bytes(G, hd, es, cluster), per_key = dec_smem::key_bytes(G, hd, es);
+    const long target = c->smem_max < DEC_SMEM_TARGET ? (long)c->smem_max : DEC_SMEM_TARGET;
+    long chunk = (target - (long)fixed) / (long)per_key;
     chunk = chunk < 16 ? 16 : chunk > DEC_CHUNK_MAX ? DEC_CHUNK_MAX : chunk;
     const size_t smem = fixed + (size_t)chunk * per_key;
-    auto kern = k_attention_decode<T>;
+    if (smem > c->smem_max)
+        return launch_fail(c, "attention_decode: %zu bytes of shared memory (group %d, head_dim %d), %zu here", smem,
+                           G, hd, c->smem_max);
+    auto kern = cluster ? k_attention_decode<T, true> : k_attention_decode<T, false>;
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return launch_fail(c, "attention_decode: %zu bytes of shared memory (group %d, head_dim %d): %s", smem, G, hd,
@@ -389,21 +486,28 @@ static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int win
     cfg.dynamicSmemBytes = smem;
     cfg.stream = c->stream;
     cudaLaunchAttribute attr[2] = {};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)splits;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 2;
-    if (splits > 8) { /* a non-portable cluster size: where the device cannot hold one, 8 */
+    if (c->fast[K_OP_PDL]) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    cudaLaunchAttribute *cl = &attr[cfg.numAttrs];
+    if (cluster) {
+        cl->id = cudaLaunchAttributeClusterDimension;
+        cl->val.clusterDim.x = (unsigned)splits;
+        cl->val.clusterDim.y = 1;
+        cl->val.clusterDim.z = 1;
+        cfg.numAttrs++;
+    } else if (!a->part || !a->count || (uintptr_t)a->part % 16) {
+        return launch_fail(c, "attention_decode: the portable merge needs its partial results and counters");
+    }
+    if (cluster && splits > 8) { /* a non-portable cluster size: where the device cannot hold one, 8 */
         int clusters = 0;
         if (cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
             cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg) != cudaSuccess || clusters < 1) {
             (void)cudaGetLastError();
             splits = 8;
-            cfg.gridDim.x = attr[0].val.clusterDim.x = 8;
+            cfg.gridDim.x = cl->val.clusterDim.x = 8;
         }
     }
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, out, *a, window, (int)chunk);

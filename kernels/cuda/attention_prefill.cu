@@ -174,6 +174,15 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
 #define TC_BQ 64 /* queries per block: 16 per warp, 4 warps */
 #define TC_BK 32 /* keys per tile */
 
+/* The tensor-core path needs sm_80 (cp.async, m16n8k16 for f16 and bf16):
+ * compiled for less, its kernel is empty and never launched (paths.cu). */
+#if __CUDA_ARCH__ >= 800 || !defined(__CUDA_ARCH__)
+#define TC_COMPILED 1
+#else
+#define TC_COMPILED 0
+#endif
+#if TC_COMPILED
+
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool full)
 {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
@@ -266,6 +275,8 @@ __device__ __forceinline__ void tc_stage(T *ks, T *vs, const T *kc, const T *vc,
     }
 }
 
+#endif
+
 /*
  * A block: 64 queries of one head (16 per warp), keys in tiles of 32,
  * double-buffered. Per tile a warp computes S = Q K^T (16 x 32) from Q held
@@ -278,6 +289,7 @@ template <typename T, int KC> /* KC = head_dim / 16 */
 __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, const float *q, const T *kc, const T *vc,
                                                       int pos0, int n, int nh, int nkv, int window)
 {
+#if TC_COMPILED
     constexpr int HD = KC * 16, LD = HD + 8; /* 16 bytes of row padding: ldmatrix rows fall in distinct banks */
     extern __shared__ __align__(16) unsigned char tc_smem[];
     T *sm = reinterpret_cast<T *>(tc_smem); /* [2 stages][K, V][TC_BK][LD] */
@@ -408,6 +420,7 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
         if (r1 < n)
             store2(out, ot, ((size_t)r1 * nh + h) * HD + d, o[i][2] * l[1], o[i][3] * l[1]);
     }
+#endif
 }
 
 template <typename T, int KC>
@@ -441,6 +454,9 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
                        int n, int nh, int nkv, int hd, int window)
 {
     const size_t smem = ((size_t)hd * ATT_BQ + ATT_BK * (hd + 1) + ATT_BK * hd) * sizeof(float);
+    if (smem > c->smem_max)
+        return launch_fail(c, "attention_prefill: %zu bytes of shared memory (head_dim %d), %zu here", smem, hd,
+                           c->smem_max);
     const dim3 grid(ceil_div(n, ATT_BQ), (unsigned)nh);
     const T *k = static_cast<const T *>(kc), *v = static_cast<const T *>(vc);
     const int e = (hd + 31) / 32;
@@ -474,7 +490,8 @@ extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, co
     /* cp.async and the paired stores want 16- and 8-byte alignment; arena buffers have it. */
     const bool aligned = (((uintptr_t)k_cache | (uintptr_t)v_cache) & 15) == 0 && ((uintptr_t)q & 7) == 0 &&
                          ((uintptr_t)out & 7) == 0;
-    if ((kvt == K_F16 || kvt == K_BF16) && head_dim % 16 == 0 && head_dim <= 128 && aligned) {
+    if (c->fast[K_OP_ATTN_PREFILL_TC] && (kvt == K_F16 || kvt == K_BF16) && head_dim % 16 == 0 && head_dim <= 128 &&
+        aligned) {
         if (kvt == K_F16)
             run_tc<__half>(c, out, ot, q, k_cache, v_cache, pos0, n, n_heads, n_kv_heads, head_dim, window);
         else

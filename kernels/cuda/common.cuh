@@ -54,8 +54,8 @@ __device__ __forceinline__ float warp_sum(float v)
 }
 
 /*
- * The warp's maximum in one redux.sync (sm_80+) instead of five shuffle
- * steps: the float's bits, with the magnitude bits of negatives flipped,
+ * The warp's maximum in one redux.sync (sm_80+; five shuffle steps
+ * before): the float's bits, with the magnitude bits of negatives flipped,
  * order as signed integers the way the floats do (-0 below +0). A NaN
  * counts as -inf, as fmaxf would skip it. Every lane of the warp must
  * call it.
@@ -64,7 +64,12 @@ __device__ __forceinline__ float warp_max(float v)
 {
     int b = __float_as_int(v != v ? -INFINITY : v);
     b ^= (b >> 31) & 0x7fffffff;
+#if __CUDA_ARCH__ >= 800
     b = __reduce_max_sync(0xffffffffu, b);
+#else
+    for (int o = 16; o > 0; o >>= 1)
+        b = max(b, __shfl_xor_sync(0xffffffffu, b, o));
+#endif
     return __int_as_float(b ^ ((b >> 31) & 0x7fffffff));
 }
 
@@ -145,13 +150,25 @@ static inline unsigned ceil_div(long a, long b) { return (unsigned)((a + b - 1) 
 
 /*
  * Programmatic dependent launch (sm_90). A kernel launched with launch_pdl
- * may start while the kernel before it runs, once that one has called
- * dependents_may_launch() (or finished); it must call dependency_wait()
- * before reading anything the earlier kernel writes. Decode uses this so
- * that the next product's weight loads overlap the small kernels.
+ * where c->fast[K_OP_PDL] may start while the kernel before it runs, once
+ * that one has called dependents_may_launch() (or finished); it must call
+ * dependency_wait() before reading anything the earlier kernel writes.
+ * Decode uses this so that the next product's weight loads overlap the
+ * small kernels. Launched plainly (or compiled below sm_90) both are no-ops:
+ * the kernel starts after the one before has finished.
  */
-__device__ __forceinline__ void dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void dependents_may_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void dependency_wait()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void dependents_may_launch()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
 
 /*
  * A nested (double-quantized) absmax from its 8-bit code's table value and
@@ -163,7 +180,9 @@ __device__ __forceinline__ float nested_absmax_of(float code, float2 s) { return
 /* A shared-memory address as the 32-bit operand of PTX's shared-state instructions. */
 __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-/* An mbarrier expecting `count` arrivals; an arrival that also expects `bytes` of transactions. */
+#if __CUDA_ARCH__ >= 900 || !defined(__CUDA_ARCH__)
+/* An mbarrier expecting `count` arrivals; an arrival that also expects
+ * `bytes` of transactions (sm_90: the Hopper paths alone use them). */
 __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
@@ -180,20 +199,22 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
                  "r"(parity)
                  : "memory");
 }
+#endif
 
+/* Launch kern as a programmatic dependent where c takes that path, else plainly. */
 template <typename... P, typename... A>
-static cudaError_t launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A... args)
+static cudaError_t launch_pdl(const launch_ctx *c, void (*kern)(P...), dim3 grid, dim3 block, size_t smem, A... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
+    cfg.stream = c->stream;
     cudaLaunchAttribute attr = {};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = c->fast[K_OP_PDL] ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, static_cast<P>(args)...);
 }
 

@@ -24,6 +24,8 @@
  * 8B decode 13% faster for nf4 and 32% for int8 before these changes.
  */
 #include "common.cuh"
+#include <type_traits>
+
 #include "q4_pairs.cuh"
 
 #define GEMV_THREADS 256
@@ -42,6 +44,16 @@
 #ifndef GEMV_UNROLL
 #define GEMV_UNROLL 8 /* 16-byte loads per lane per step */
 #endif
+
+/*
+ * A third input mode, the launcher's own: the fp32 input read where it is,
+ * in global memory (through L1 and L2), not staged. For plain-input
+ * products whose staged input would not fit a block's shared memory: the
+ * 8B's down product (14,336 columns) on Turing's 64 KB, Qwen2.5-7B's
+ * (18,944) too. Chunk types without padding only (the input's layout is
+ * then the staged one).
+ */
+#define GEMV_IN_DIRECT 2
 
 /*
  * The barrier that publishes the staged input, with the block's sum of
@@ -369,6 +381,10 @@ struct chunk_i8 : x_f32 {
 struct chunk_i8_glu : chunk_i8 {
     static constexpr int UNROLL = 4;
 };
+/* The int8 chunk with an unpadded input: where the padded one would not fit shared memory. */
+struct chunk_i8_flat : chunk_i8 {
+    static constexpr int PAD = 0;
+};
 
 /*
  * NF4/FP4: 32 weights (16 bytes, high nibble first) and their block's
@@ -476,7 +492,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     typedef typename C::X X;
     X *xs = reinterpret_cast<X *>(smem); /* the input [cols (+ PAD every VEC columns)] */
     constexpr int VEC = C::VEC, STRIDE = VEC + C::PAD, U = C::UNROLL;
-    const qinfo qi = C::PAD && a.group > 0 ? make_qinfo(a) : qinfo{0, 0}; /* the 16-byte quantized chunks */
+    const qinfo qi = a.group > 0 ? make_qinfo(a) : qinfo{0, 0}; /* the 16-byte quantized chunks */
     /* GLU: each output pairs gate row j with up row half + j. */
     constexpr int R = GLU ? 2 : C::ROWS, OUT = GLU ? 1 : C::ROWS;
     const int half = a.rows / 2, out_rows = GLU ? half : a.rows;
@@ -532,7 +548,13 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
      * read only after this wait. */
     dependency_wait();
     /* The input, scaled where fp16: the sums are multiplied by xscale. */
-    const float xscale = stage_input<IN, C::PAD ? VEC : 0, C::STAGE>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
+    float xscale = 1.0f;
+    if constexpr (IN == GEMV_IN_DIRECT) {
+        xs = const_cast<X *>(reinterpret_cast<const X *>(a.x));
+        __syncthreads(); /* blk_max, blk_done */
+    } else {
+        xscale = stage_input<IN, C::PAD ? VEC : 0, C::STAGE>(xs, a.x, a.norm, a.cols, a.eps, a.x_max);
+    }
 
     float acc[R];
 #pragma unroll
@@ -616,6 +638,9 @@ template <typename C, int IN, bool GLU>
 static int run(launch_ctx *c, const gemv_args *a, size_t smem)
 {
     auto kern = k_gemv<C, IN, GLU>;
+    if (smem + C::TABLE > c->smem_max)
+        return launch_fail(c, "gemv: %zu bytes of shared memory for %d columns, %zu here", smem + C::TABLE, a->cols,
+                           c->smem_max);
     if (smem + C::TABLE > 48 * 1024 &&
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return launch_fail(c, "gemv: %zu bytes of shared memory for %d columns: %s", smem, a->cols,
@@ -632,7 +657,7 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
     long blocks = (long)c->n_sms * per_sm;
     if (blocks > needed)
         blocks = needed;
-    cudaError_t e = launch_pdl(kern, dim3((unsigned)blocks), dim3(GEMV_THREADS), smem, c->stream, *a);
+    cudaError_t e = launch_pdl(c, kern, dim3((unsigned)blocks), dim3(GEMV_THREADS), smem, *a);
     if (e != cudaSuccess)
         return launch_fail(c, "gemv: %s", cudaGetErrorString(e));
     return launch_check(c, "gemv");
@@ -644,6 +669,8 @@ static int run_input(launch_ctx *c, const gemv_args *a, size_t smem)
     if (a->glu_out)
         return a->in == GEMV_IN_RMSNORM ? run<C, GEMV_IN_RMSNORM, true>(c, a, smem)
                                         : run<C, GEMV_IN_F32, true>(c, a, smem);
+    if (smem > c->smem_max && a->in == GEMV_IN_F32 && std::is_same<typename C::X, float>::value && C::PAD == 0)
+        return run<C, GEMV_IN_DIRECT, false>(c, a, 0);
     switch (a->in) {
     case GEMV_IN_F32: return run<C, GEMV_IN_F32, false>(c, a, smem);
     case GEMV_IN_RMSNORM: return run<C, GEMV_IN_RMSNORM, false>(c, a, smem);
@@ -709,14 +736,18 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
         return launch_fail(c, "gemv: a gated output needs an even row count and no accumulation");
     /* The input in fp32, with 4 spare words every 16 columns at most (tables are static). */
     const size_t smem = ((size_t)a->cols + a->cols / 16 * 4) * sizeof(float);
+    /* The types without padding need no spare words where those would not fit. */
+    const size_t flat = (size_t)a->cols * sizeof(float), plain = smem <= c->smem_max ? smem : flat;
     const bool aligned = (uintptr_t)a->w % 16 == 0;
     switch (a->wt) {
     case K_I8:
         if (!quant_ok(a))
             return launch_fail(c, "gemv: int8 weights without scales");
-        if (chunks_fit(a))
-            return a->glu_out ? run_input<chunk_i8_glu>(c, a, smem) : run_input<chunk_i8>(c, a, smem);
-        return run_input<chunk_q1<K_I8>>(c, a, smem);
+        if (chunks_fit(a) && a->glu_out)
+            return run_input<chunk_i8_glu>(c, a, smem);
+        if (chunks_fit(a)) /* unpadded where the padded input would not fit (then staged, or read in place) */
+            return smem <= c->smem_max ? run_input<chunk_i8>(c, a, smem) : run_input<chunk_i8_flat>(c, a, flat);
+        return run_input<chunk_q1<K_I8>>(c, a, plain);
     case K_NF4:
     case K_FP4:
         if (!quant_ok(a))
@@ -730,15 +761,15 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
             return three_rows<chunk_4bit>(c, a, half_smem) ? run_3rows<chunk_4bit>(c, a, half_smem)
                                                             : run_input<chunk_4bit>(c, a, half_smem);
         }
-        return run_input<chunk_q1<K_NF4>>(c, a, smem);
+        return run_input<chunk_q1<K_NF4>>(c, a, plain);
     default:
         break;
     }
     DISPATCH_TYPE(a->wt, T, {
         constexpr int vec = 16 / (int)sizeof(T);
         if (aligned && a->cols % vec == 0)
-            return run_input<chunk_dense<T, vec>>(c, a, smem);
-        return run_input<chunk_dense<T, 1>>(c, a, smem);
+            return run_input<chunk_dense<T, vec>>(c, a, plain);
+        return run_input<chunk_dense<T, 1>>(c, a, plain);
     });
     return 0;
 }
