@@ -148,7 +148,7 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
                            .ring = cs->ring,
                            .x = cs->x,
                            .emb = cs->cm->tok_emb,
-                           .emb_t = cs->cm->wt,
+                           .emb_t = cs->cm->emb_t,
                            .dim = c->dim,
                            .zero = cs->in_max,
                            .n_zero = any_max_slot(cs, c->n_layers) ? PLAN_IN_MAX_SLOTS(c->n_layers) : 0};
@@ -166,7 +166,6 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
     const engine_model *m = s->model;
     const cfg_model *c = &m->cfg;
     launch_ctx *lc = &cs->lc;
-    const k_dtype wt = cs->cm->wt;
     const int dim = c->dim, qd = c->n_heads * c->head_dim, qkvd = qd + 2 * c->n_kv_heads * c->head_dim;
     const float eps = (float)c->rms_eps;
 
@@ -177,7 +176,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
             cudaMemsetAsync(cs->in_max, 0, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), lc->stream) !=
                 cudaSuccess)
             return launch_fail(lc, "decode: clearing the input maxima: %s", cudaGetErrorString(cudaGetLastError()));
-        TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->step + STEP_TOKEN, 1, dim));
+        TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, cs->cm->emb_t, cs->step + STEP_TOKEN, 1, dim));
     }
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
@@ -239,7 +238,7 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
     const float eps = (float)c->rms_eps;
 
     TRY(stream_begin(cs, s, n, true, false));
-    TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, wt, cs->ids, n, dim));
+    TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, cs->cm->emb_t, cs->ids, n, dim));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
         TRY(stream_before_layer(cs, l));

@@ -475,10 +475,13 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
     } while (0)
 
     cm->deq_elems = 0;
-    if (sm && sm->emb_host)
-        cm->tok_emb = NULL; /* read from host memory: stream_emb_pointer() */
-    else
+    cm->emb_t = wt;
+    if (sm && sm->emb_host) {
+        cm->tok_emb = NULL; /* read from host memory as stored: stream_emb_pointer() */
+        cm->emb_t = m->tok_emb.dtype;
+    } else {
         PUT(cm->tok_emb, &m->tok_emb, wt);
+    }
     PAD();
     if (sm && sm->head_blocks > 0) {
         cm->lm_head = (cuda_mat){.w = NULL, .t = wt}; /* streamed: its row blocks are recorded below */

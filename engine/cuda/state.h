@@ -59,7 +59,8 @@ struct cuda_model {
     k_dtype wt;         /* the dense type: embeddings, activations, dense matrices */
     void *weights;      /* the one arena region all of the below live in   */
     uint64_t weight_bytes;
-    void *tok_emb;      /* [vocab, dim] wt                                 */
+    void *tok_emb;      /* [vocab, dim] emb_t                              */
+    k_dtype emb_t;      /* wt on the device; the file's type when read in place from host memory */
     cuda_mat lm_head;   /* [vocab, dim]; tok_emb when tied                 */
     uint64_t deq_elems; /* the largest quantized matrix (prefill decodes it) */
     float *out_norm;    /* [dim]                                           */

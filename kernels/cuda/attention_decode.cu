@@ -49,6 +49,7 @@
 #define DEC_MAX_SPLITS 16 /* blocks in a cluster; above 8 needs non-portable cluster sizes */
 #define DEC_CHUNK_MAX 128 /* keys staged in shared memory at a time */
 #define DEC_SMEM_TARGET (96 * 1024)
+#define DEC_SPLIT_KEYS 64 /* keys a split of the portable merge takes at least (bar the last) */
 
 /* 16 bytes from global to shared memory: asynchronous from sm_80 (cp.async), a plain load and store before. */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
@@ -167,6 +168,20 @@ __device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, in
                                           int hd, const float *os, const float *ms, const float *ls, float *wt)
 {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = DEC_THREADS / 32, n_out = G * hd;
+    if (splits == 1) { /* nothing to merge: the output is the accumulator over the sum */
+        float omx = 0.0f;
+        for (int t = tid; t < n_out; t += DEC_THREADS) {
+            const float v = os[t] / ls[t / hd];
+            out[(size_t)kvh * n_out + t] = v;
+            omx = fmaxf(omx, fabsf(v));
+        }
+        if (a.out_max) {
+            omx = warp_max(omx);
+            if (lane == 0 && omx > 0.0f)
+                atomicMax(a.out_max, __float_as_uint(omx));
+        }
+        return;
+    }
     const size_t stride = (size_t)n_out + 2 * G;
     float *base = a.part + (size_t)kvh * DEC_MAX_SPLITS * stride, *row = base + (size_t)split * stride;
     for (int i = tid; i < n_out; i += DEC_THREADS)
@@ -218,7 +233,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     constexpr int EL = 16 / sizeof(T); /* elements per granule */
     extern __shared__ uint4 sm[];
     /* A kv head's splits are blockIdx.x (a cluster spans them: its rank is blockIdx.x too). */
-    const int split = blockIdx.x, splits = gridDim.x, kvh = blockIdx.y;
+    const int split = blockIdx.x, kvh = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = DEC_THREADS / 32;
     const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim, G = nh / nkv, kvd = nkv * hd;
     const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
@@ -232,6 +247,12 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
 
     const int pos = *a.pos0; /* copied in before the graph's first kernel */
     const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
+    /* The portable merge costs a round trip through L2 per split: only as
+     * many splits work as there are DEC_SPLIT_KEYS keys for (the others
+     * leave at once), and a lone one writes the output itself. */
+    const int splits = CLUSTER ? (int)gridDim.x : min((int)gridDim.x, (len + DEC_SPLIT_KEYS - 1) / DEC_SPLIT_KEYS);
+    if (split >= splits)
+        return;
     const int share = (len + splits - 1) / splits;
     const int lo = lo0 + split * share, end = min(lo + share, pos + 1);
 

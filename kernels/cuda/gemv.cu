@@ -405,6 +405,7 @@ struct chunk_4bit {
     static constexpr bool NESTED = false, ONE_STEP = false, SPREAD = true;
     uint4 v;
     float am;
+    static __device__ __forceinline__ void table(const float *code) { build_pairs(code); }
     __device__ __forceinline__ void load(const gemv_args &a, const qinfo &q, int ri, int c)
     {
         const size_t first = (size_t)ri * a.cols + (size_t)c * VEC;
@@ -458,6 +459,54 @@ struct chunk_4bit_nested : chunk_4bit {
 template <typename C> struct chunk_4bit_3rows : C {
     static constexpr int ROWS = 3, STAGE = 4; /* (8 would take it past 128 registers) */
     static constexpr bool ONE_STEP = !C::NESTED;
+};
+
+/*
+ * The 4-bit chunk without the 32 KB pair table, on an fp32 input: where the
+ * table and the fp16 input do not fit a lesser GPU's shared memory (the
+ * 8B's down product on Turing's 64 KB). Each nibble's code from the 16 in
+ * shared memory (high nibble first, as stored), times the block's absmax
+ * (decoded from its nested code where NEST).
+ */
+__shared__ float code16_s[16];
+template <bool NEST> struct chunk_4bit_flat : x_f32 {
+    static constexpr int VEC = 32, PAD = 0, UNROLL = GEMV_UNROLL, ROWS = GEMV_ROWS;
+    static constexpr size_t TABLE = sizeof code16_s + (NEST ? sizeof am_code_s : 0);
+    static constexpr bool NESTED = NEST;
+    uint4 v;
+    float am;    /* the absmax, or (NEST) its 8-bit code's bits */
+    float2 s;    /* NEST: the nested block's scale and offset */
+    static __device__ __forceinline__ void table(const float *code)
+    {
+        if (threadIdx.x < 16)
+            code16_s[threadIdx.x] = code[threadIdx.x];
+    }
+    /* The first loads go out before the tables are in shared memory: the nested code is looked up in dot(). */
+    __device__ __forceinline__ void load(const gemv_args &a, const qinfo &qi, int ri, int c)
+    {
+        const size_t first = (size_t)ri * a.cols + (size_t)c * VEC, b = first >> qi.shift;
+        v = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(a.w) + first / 2));
+        if constexpr (NEST) {
+            am = __uint_as_float(__ldg(a.am_q + b));
+            s = __ldg(reinterpret_cast<const float2 *>(a.am_s2) + (b >> a.am_shift));
+        } else {
+            am = __ldg(a.scales + b);
+        }
+    }
+    __device__ __forceinline__ float dot(const float *xs) const
+    {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        float d = 0.0f, e = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t b = (w[k] >> (8 * j)) & 255u;
+                d += code16_s[b >> 4] * xs[8 * k + 2 * j];
+                e += code16_s[b & 15] * xs[8 * k + 2 * j + 1];
+            }
+        return (d + e) * (NEST ? nested_absmax_of(am_code_s[__float_as_uint(am)], s) : am);
+    }
 };
 
 /* Any quantized type, one element at a time (shapes the 16-byte chunks do not fit). */
@@ -539,7 +588,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     /* The 4-bit table reads the weights' code table, as the loads above read
      * the weights; stage_input's barrier publishes it. */
     if constexpr (C::TABLE > 0)
-        build_pairs(a.code);
+        C::table(a.code);
     if constexpr (C::NESTED)
         for (int i = threadIdx.x; i < 256; i += blockDim.x)
             am_code_s[i] = a.am_code[i];
@@ -754,6 +803,9 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
             return launch_fail(c, "gemv: 4-bit weights without absmax, code table or an even block");
         if (chunks_fit(a)) { /* the input in fp16, 16 spare bytes every 32 columns */
             const size_t half_smem = ((size_t)a->cols + a->cols / 32 * 8) * sizeof(__half);
+            if (half_smem + (a->am_q ? chunk_4bit_nested::TABLE : chunk_4bit::TABLE) > c->smem_max)
+                return a->am_q ? run_input<chunk_4bit_flat<true>>(c, a, flat)
+                               : run_input<chunk_4bit_flat<false>>(c, a, flat);
             if (a->am_q)
                 return three_rows<chunk_4bit_nested>(c, a, half_smem)
                            ? run_3rows<chunk_4bit_nested>(c, a, half_smem)
