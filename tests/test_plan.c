@@ -228,6 +228,53 @@ static void test_streaming_8b(void)
     synth_free(m);
 }
 
+
+#define L8 436240384ull
+#define M8 (L8 - 2 * 4096 * 4)
+#define HEAD8 (128256ull * 4096 * 2 + 4096 * 4)
+
+/*
+ * A decode step of an 8B plan with hosted layers, stepped in time (1 µs)
+ * where the planner goes from event to event: the layers in order (a
+ * resident or copied one L8 bytes at the HBM rate, a hosted one M8 bytes
+ * on the CPU), then the resident head; the copy engine uploading the
+ * copied layers in order, one at a time, at most two slots ahead (a slot
+ * is free once its layer is done); while a copy and the CPU run at once,
+ * both rates times shared / (pcie + host) where that is below 1. Rates in
+ * bytes per second; returns seconds.
+ */
+static double ref_step(const engine_plan *p, double hbm, double pcie, double host, double shared)
+{
+    int kind[32], copies[32], nc = 0; /* kind: 0 on the GPU, 1 copied, 2 on the CPU */
+    for (int l = 0; l < 32; l++) {
+        const engine_placement pl = engine_plan_entry_at(p, 1 + (size_t)l)->placement;
+        kind[l] = pl == ENGINE_PLACE_HOST ? 2 : pl == ENGINE_PLACE_STREAMED ? 1 : 0;
+        if (kind[l] == 1)
+            copies[nc++] = l;
+    }
+    const double f = shared > 0 && shared < pcie + host ? shared / (pcie + host) : 1.0, dt = 1e-6;
+    bool done[32] = {false}, here[32] = {false};
+    int layer = 0, next = 0, cur = -1;
+    double t = 0.0, crem = 0.0, lrem = -1.0;
+    while (layer <= 32) {
+        if (cur < 0 && next < nc && (next < 2 || done[copies[next - 2]]))
+            cur = copies[next++], crem = (double)M8;
+        if (lrem < 0 && (layer == 32 || kind[layer] != 1 || here[layer]))
+            lrem = layer == 32 ? HEAD8 / hbm : kind[layer] == 2 ? (double)M8 : L8 / hbm;
+        const bool cpu = lrem >= 0 && layer < 32 && kind[layer] == 2;
+        const double share = cur >= 0 && cpu ? f : 1.0;
+        if (cur >= 0 && (crem -= pcie * share * dt) <= 0)
+            here[cur] = true, cur = -1;
+        if (lrem >= 0 && (lrem -= (cpu ? host * share : 1.0) * dt) <= 0) {
+            if (layer < 32)
+                done[layer] = true;
+            layer++, lrem = -1.0;
+        }
+        t += dt;
+    }
+    return t;
+}
+
 static engine_plan *plan_hosted(const engine_model *m, int host_layers, double host_gbps)
 {
     engine_plan_params pp = engine_plan_default_params();
@@ -268,9 +315,12 @@ static void test_hosted_8b(void)
                   rates[ri], hosted, t->n_layers_host);
         CHECK(t->streamed_per_token + t->host_per_token == b->streamed_per_token);
         CHECK(t->device_total == b->device_total && t->read_per_token == b->read_per_token);
+        /* With hosted layers the bound is the step as it runs (ref_step); never above the sums' bound. */
         const double copy = t->streamed_per_token / 54.7e9, host = t->host_per_token / (rates[ri] * 1e9);
-        const double bound = 1.0 / (t->read_per_token / 3000e9 + (copy > host ? copy : host));
-        CHECK_MSG(fabs(t->tokens_per_second - bound) < 1e-6 * bound, "%.4f vs %.4f", t->tokens_per_second, bound);
+        const double sums = 1.0 / (t->read_per_token / 3000e9 + (copy > host ? copy : host));
+        const double bound = t->n_layers_host ? 1.0 / ref_step(p, 3000e9, 54.7e9, rates[ri] * 1e9, 0.0) : sums;
+        CHECK_MSG(fabs(t->tokens_per_second - bound) < 5e-3 * bound && t->tokens_per_second <= sums * (1 + 1e-9),
+                  "%.4f vs %.4f (sums %.4f)", t->tokens_per_second, bound, sums);
         CHECK(t->tokens_per_second >= b->tokens_per_second);
         if (ri == 0) /* equal rates: about half each way, nearly twice the streaming bound */
             CHECK_MSG(abs(2 * t->n_layers_host - k) <= 1 && t->tokens_per_second > 1.7 * b->tokens_per_second,
@@ -567,9 +617,6 @@ static void test_gpu_names(void)
 }
 
 /* Bytes of the 8B shape written out: a layer, its streamed matrices, the head with its norm. */
-#define L8 436240384ull
-#define M8 (L8 - 2 * 4096 * 4)
-#define HEAD8 (128256ull * 4096 * 2 + 4096 * 4)
 
 /*
  * The 8B shape on an RTX 4060 (8 GiB less the 512 MiB infer leaves free):
@@ -662,13 +709,11 @@ static void test_figure_sources(void)
 /*
  * Host memory shared: the 8B at 8 GiB with the H100 machine's figures
  * (bench/RESULTS.md, the hosted-layers runs: PCIe 54.7 GB/s, the CPU 77
- * GB/s, both together about 100 GB/s). Each hosted count's bound is
- * written out here as read / HBM + the longest of copied / PCIe, hosted /
- * CPU and (copied + hosted) / shared; the planner takes the fastest, and
- * among equals the one whose copies and CPU are most even. That run
- * measured 11.7 tok/s (19 layers streamed, 11 of them hosted; bench's
- * context of 512 + 32 tokens) where the unshared bound said 15.1: the
- * shared bound must be within 10% of the measurement.
+ * GB/s, both together about 100 GB/s). Each hosted count's step is
+ * stepped through here (ref_step); the planner takes the fastest. That
+ * run measured 11.7 tok/s (19 layers streamed, 11 of them hosted; bench's
+ * context of 512 + 32 tokens) where the bound without sharing or the
+ * pipeline said 15.1: this one must be within 10% of the measurement.
  */
 static void test_shared_8b(void)
 {
@@ -681,18 +726,22 @@ static void test_shared_8b(void)
     const engine_plan_totals *t = engine_plan_get_totals(p);
     const int k = t->n_layers_streamed;
     const double read = (double)((32 - (uint64_t)k) * L8 + (uint64_t)k * (L8 - M8) + HEAD8);
-    int best_h = 0;
-    double best_t = INFINITY, best_even = INFINITY;
-    for (int h = 0; h <= k; h++) {
-        const double copied = (double)((uint64_t)(k - h) * M8 + 4096 * 2), hosted = (double)((uint64_t)h * M8);
-        const double c = copied / 54.7e9, hc = hosted / 77e9, both = h ? (copied + hosted) / 100e9 : 0.0;
-        const double even = c > hc ? c : hc, tt = read / 3000e9 + (both > even ? both : even);
-        if (tt < best_t * (1 - 1e-12) || (fabs(tt - best_t) <= 1e-12 * best_t && even < best_even))
-            best_h = h, best_t = tt, best_even = even;
+    double best_t = INFINITY;
+    for (int h = 1; h <= k; h++) { /* each count asked for exactly, stepped through */
+        engine_plan_params ph = pp;
+        ph.host_layers = h;
+        engine_plan *q = NULL;
+        CHECK(engine_plan_create(m, &ph, &q, err, sizeof err) == ENGINE_OK);
+        const double tt = ref_step(q, 3000e9, 54.7e9, 77e9, 100e9);
+        CHECK_MSG(fabs(engine_plan_get_totals(q)->tokens_per_second * tt - 1.0) < 5e-3, "%d hosted: %.3f vs %.3f", h,
+                  engine_plan_get_totals(q)->tokens_per_second, 1.0 / tt);
+        best_t = tt < best_t ? tt : best_t;
+        engine_plan_free(q);
     }
-    CHECK_MSG(t->n_layers_host == best_h, "%d hosted, want %d", t->n_layers_host, best_h);
-    CHECK_MSG(fabs(t->tokens_per_second - 1.0 / best_t) < 1e-6 / best_t, "%.4f vs %.4f", t->tokens_per_second,
+    const double chosen = ref_step(p, 3000e9, 54.7e9, 77e9, 100e9);
+    CHECK_MSG(chosen < best_t * 1.005, "%d hosted: %.3f tok/s, the best %.3f", t->n_layers_host, 1.0 / chosen,
               1.0 / best_t);
+    CHECK_MSG(fabs(t->tokens_per_second * chosen - 1.0) < 5e-3, "%.4f vs %.4f", t->tokens_per_second, 1.0 / chosen);
     CHECK(t->shared_gbps == 100.0 && t->read_per_token == (uint64_t)read);
     CHECK_MSG(fabs(t->tokens_per_second - 11.7) < 0.1 * 11.7, "predicted %.2f tok/s, measured 11.7",
               t->tokens_per_second);
