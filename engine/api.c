@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "chat.h"
 #include "model.h"
 
 unsigned engine_version_number(void)
@@ -68,7 +69,7 @@ engine_status engine_tokenizer_load(const char *path, engine_tokenizer **out, ch
         err_copy_out(&e, err, err_size);
         return ENGINE_ERR_INVALID_ARG;
     }
-    char json[PATH_MAX], dir[PATH_MAX], cfg[PATH_MAX + 32];
+    char json[PATH_MAX + 32], dir[PATH_MAX], cfg[PATH_MAX + 32];
     struct stat st;
     if (stat(path, &st) != 0) {
         err_set(&e, ENGINE_ERR_IO, "%s: no such file or folder", path);
@@ -86,6 +87,10 @@ engine_status engine_tokenizer_load(const char *path, engine_tokenizer **out, ch
             *slash = '\0';
         else
             snprintf(dir, sizeof dir, ".");
+        /* A tokenizer_config.json stands for the tokenizer beside it. */
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        if (!strcmp(base, "tokenizer_config.json"))
+            snprintf(json, sizeof json, "%s/tokenizer.json", dir);
     }
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
     engine_tokenizer *t = calloc(1, sizeof *t);
@@ -94,9 +99,13 @@ engine_status engine_tokenizer_load(const char *path, engine_tokenizer **out, ch
         err_copy_out(&e, err, err_size);
         return ENGINE_ERR_OUT_OF_MEMORY;
     }
-    engine_status s = tok_load(json, stat(cfg, &st) == 0 ? cfg : NULL, &t->tok, &e);
+    const int have_cfg = stat(cfg, &st) == 0;
+    engine_status s = tok_load(json, have_cfg ? cfg : NULL, &t->tok, &e);
+    if (!s)
+        s = chat_source_load(dir, have_cfg ? cfg : NULL, &t->chat, &e);
     if (s) {
         err_copy_out(&e, err, err_size);
+        tok_free(t->tok);
         free(t);
         return s;
     }
@@ -109,6 +118,7 @@ void engine_tokenizer_free(engine_tokenizer *t)
     if (!t)
         return;
     tok_free(t->tok);
+    chat_source_free(t->chat);
     free(t);
 }
 

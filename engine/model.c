@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "../quant/quant.h"
+#include "chat.h"
 #include "model.h"
 #ifdef ENGINE_HAVE_CUDA
 #include "cuda/backend.h"
@@ -238,14 +239,23 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
             return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory", file);
         if ((st = tok_load(file, is_file(tcfg) ? tcfg : NULL, &m->tokenizer->tok, e)))
             return st;
+        if ((st = chat_source_load(dir, is_file(tcfg) ? tcfg : NULL, &m->tokenizer->chat, e)))
+            return st;
     }
 
     for (int i = 0; i < m->cfg.n_eos; i++)
         add_eos(m, m->cfg.eos_ids[i]);
     for (int i = 0; i < m->gen.n_eos; i++)
         add_eos(m, m->gen.eos_ids[i]);
-    if (m->tokenizer)
+    if (m->tokenizer) {
         add_eos(m, tok_eos(m->tokenizer->tok));
+        /* An instruct model ends its turn with the template's end-of-turn
+         * token, which its configs do not always list (chat.h). */
+        int32_t eot[MODEL_MAX_EOS];
+        const int n_eot = chat_end_of_turn_ids(m->tokenizer->chat, m->tokenizer->tok, eot, MODEL_MAX_EOS);
+        for (int i = 0; i < n_eot && i < MODEL_MAX_EOS; i++)
+            add_eos(m, eot[i]);
+    }
     return ENGINE_OK;
 }
 
@@ -331,6 +341,7 @@ void engine_model_free(engine_model *m)
         return;
     if (m->tokenizer) {
         tok_free(m->tokenizer->tok);
+        chat_source_free(m->tokenizer->chat);
         free(m->tokenizer);
     }
 #ifdef ENGINE_HAVE_CUDA

@@ -53,8 +53,11 @@ typedef struct layer_weights {
 
 #define MODEL_MAX_EOS 16
 
+struct chat_source;
+
 struct engine_tokenizer {
     tok_tokenizer *tok;
+    struct chat_source *chat; /* chat template and token strings (chat.h); never NULL once loaded */
     err_buf err;
 };
 

@@ -176,7 +176,8 @@ typedef struct engine_model_info {
 } engine_model_info;
 
 ENGINE_API engine_status engine_model_get_info(const engine_model *model, engine_model_info *info);
-/* 1 if id ends generation for this model (EOS from config, generation_config, tokenizer). */
+/* 1 if id ends generation for this model (EOS from config, generation_config, tokenizer, and the
+ * chat template's end-of-turn token: docs/API.md, Chat). */
 ENGINE_API int engine_model_is_eos(const engine_model *model, int32_t id);
 /* The model's tokenizer, owned by the model; NULL when the model has none. */
 ENGINE_API const engine_tokenizer *engine_model_tokenizer(const engine_model *model);
@@ -706,6 +707,80 @@ typedef struct engine_offload_report {
  * run. On the CPU or with nothing streamed, r holds zeros but n_layers.
  */
 ENGINE_API engine_status engine_session_offload(engine_session *s, int n_decode, engine_offload_report *r);
+
+/* ------------------------------------------------------------------- chat */
+
+/*
+ * Chat templates: the Jinja program an instruct model ships (chat_template
+ * in tokenizer_config.json, as a string or as a list of named templates of
+ * which "default" is used, or "tool_use" when the variables give tools;
+ * otherwise chat_template.jinja beside it) lays a conversation out as the
+ * model was trained to read it, rendered as transformers'
+ * apply_chat_template does. A tokenizer loads its template with it.
+ */
+typedef struct engine_chat_message {
+    const char *role;    /* "system", "user", "assistant", ...: UTF-8 */
+    const char *content; /* UTF-8 text                                 */
+} engine_chat_message;
+
+typedef struct engine_chat_params {
+    int add_generation_prompt;   /* 1 (default): end by opening the assistant's turn          */
+    const char *template_source; /* NULL (default): the tokenizer's template; else Jinja source */
+    const char *template_name;   /* what errors call template_source (a file name); NULL: "template" */
+    const char *variables_json;  /* NULL, or a JSON object of extra template variables
+                                    (e.g. {"tools": [...], "date_string": "26 Jul 2024"}),
+                                    passed as transformers passes keyword arguments          */
+    const char *messages_name;   /* what errors call the JSON of engine_chat_render_json
+                                    (a file name); NULL: "messages"                          */
+} engine_chat_params;
+
+ENGINE_API engine_chat_params engine_chat_default_params(void);
+
+/*
+ * Render msgs[0..n) with tok's chat template (or params->template_source)
+ * into buf[0..cap), NUL-terminated. The template sees messages,
+ * add_generation_prompt, the config's special-token strings (bos_token,
+ * eos_token, ...) and the variables. *len (may be NULL) receives the length
+ * of the text without the NUL; ENGINE_ERR_BUFFER_TOO_SMALL when len + 1 >
+ * cap (buf may be NULL with cap 0 to ask the size). Other errors leave a
+ * one-line message in engine_tokenizer_last_error(tok) naming the template
+ * file and the place: FORMAT for a template syntax error (line, column), a
+ * raise_exception (its message), an undefined value used where Jinja fails
+ * or a limit exceeded; UNSUPPORTED when there is no template.
+ */
+ENGINE_API engine_status engine_chat_render(const engine_tokenizer *tok, const engine_chat_message *msgs, size_t n,
+                                            const engine_chat_params *params, char *buf, size_t cap, size_t *len);
+/*
+ * The same from JSON text: {"messages": [{"role", "content"}, ...],
+ * "variables": {...}} (variables optional, applied after
+ * params->variables_json), or a bare list of messages. Messages may carry
+ * more fields (tool_calls, ...); each needs a role string and a content
+ * (but one with tool_calls). FORMAT for JSON that is malformed (line,
+ * column) or lacks them, named by params->messages_name.
+ */
+ENGINE_API engine_status engine_chat_render_json(const engine_tokenizer *tok, const char *json, size_t json_len,
+                                                 const engine_chat_params *params, char *buf, size_t cap,
+                                                 size_t *len);
+/*
+ * Tokenize a rendered prompt: special-token strings in it become their
+ * ids, BOS is put first when the tokenizer's config adds one and the text
+ * does not begin with it already, and EOS is never added. Buffer contract
+ * as engine_tokenize.
+ */
+ENGINE_API engine_status engine_chat_tokenize(const engine_tokenizer *tok, const char *text, size_t len,
+                                              int32_t *ids, size_t cap, size_t *n_ids);
+/* 1 when tok has a chat template of its own. */
+ENGINE_API int engine_tokenizer_has_chat_template(const engine_tokenizer *tok);
+
+/*
+ * Keep the longest prefix of the session's context that equals
+ * ids[0..n), at most n - 1 tokens, and forget the rest: then evaluate (or
+ * engine_generate) ids[*n_reused..n) to continue. For a chat, render the
+ * whole conversation each turn and pass its ids here, so that only the new
+ * turn is evaluated (and, where the template re-renders an earlier turn
+ * differently, everything from the first token that differs).
+ */
+ENGINE_API engine_status engine_session_reuse(engine_session *s, const int32_t *ids, size_t n, size_t *n_reused);
 
 #ifdef __cplusplus
 }

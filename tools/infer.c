@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat.h"
 #include "cli_util.h"
 #include "engine.h"
 #include "plan_report.h"
@@ -28,6 +29,10 @@ static const char USAGE[] =
     "  --prompt-ids 1,2,3    token ids, used as given\n"
     "  --file F              text read from file F ('-' for stdin)\n"
     "                        (no prompt: generation starts from BOS)\n"
+    "  --messages FILE.json  a conversation ({\"messages\": [{\"role\", \"content\"}...], \"variables\": {}})\n"
+    "                        laid out by the model's chat template; prints the reply\n"
+    "  --chat                chat on stdin/stdout, a turn a line (/reset, /exit); --system TEXT\n"
+    "  --chat-template FILE  a Jinja chat template instead of the model's\n"
     "generation:\n"
     "  -n, --n-predict N     most tokens to generate (default 128); stops earlier at EOS\n"
     "  --temp T              temperature; 0 = greedy (default 0)\n"
@@ -335,7 +340,8 @@ int main(int argc, char **argv)
     engine_session_params sp = engine_session_default_params();
     engine_generate_params gp = engine_generate_default_params();
     int json = 0, verbose = 0, seed_given = 0, dry_run = 0, report = 0;
-    const char *gpu_arg = NULL;
+    const char *gpu_arg = NULL, *messages = NULL, *system = NULL, *chat_template = NULL;
+    int chat = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -364,6 +370,11 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--file")) {
             NEED_VALUE();
             prompt_file = v;
+        } else if (!strcmp(a, "--messages") || !strcmp(a, "--system") || !strcmp(a, "--chat-template")) {
+            NEED_VALUE();
+            *(a[2] == 'm' ? &messages : a[3] == 'y' ? &system : &chat_template) = v;
+        } else if (!strcmp(a, "--chat")) {
+            chat = 1;
         } else if ((opt = find_number_option(a)) != NULL) {
             NEED_VALUE();
             if (parse_number_option(opt, v, &mp, &sp, &gp))
@@ -423,8 +434,8 @@ int main(int argc, char **argv)
         fputs(USAGE, stderr);
         return 2;
     }
-    if (!!prompt + !!prompt_ids_arg + !!prompt_file > 1) {
-        fprintf(stderr, "infer: give only one of --prompt, --prompt-ids, --file\n");
+    if (!!prompt + !!prompt_ids_arg + !!prompt_file + !!messages + chat > 1) {
+        fprintf(stderr, "infer: give only one of --prompt, --prompt-ids, --file, --messages, --chat\n");
         return 2;
     }
     if (!seed_given)
@@ -480,7 +491,21 @@ int main(int argc, char **argv)
     const engine_tokenizer *tok = engine_model_tokenizer(model);
 
     size_t n_prompt = 0;
-    if (prompt_ids_arg) {
+    if ((messages || chat) && !tok) {
+        fprintf(stderr, "infer: %s: the model has no tokenizer.json, which a chat template needs\n", model_path);
+        goto done;
+    }
+    if (chat) {
+        if (engine_session_create(model, &sp, &sess, err, sizeof err) != ENGINE_OK)
+            rc = fail(NULL, err);
+        else
+            rc = chat_interactive(model, sess, &gp, system, chat_template);
+        goto done;
+    }
+    if (messages) {
+        if (chat_prompt_ids("infer", tok, messages, chat_template, 1, &prompt_ids, &n_prompt))
+            goto done;
+    } else if (prompt_ids_arg) {
         long n = cli_parse_ids(prompt_ids_arg, &prompt_ids);
         if (n < 0) {
             rc = bad_arg("--prompt-ids", prompt_ids_arg);
@@ -552,7 +577,7 @@ int main(int argc, char **argv)
         goto done;
 
     /* Show the prompt as the model sees it, then the continuation. */
-    if (!json && tok) {
+    if (!json && tok && !messages) {
         size_t need = 0;
         engine_detokenize(tok, prompt_ids, n_prompt, 1, NULL, 0, &need);
         char *ptext = malloc(need + 1);

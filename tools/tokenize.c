@@ -4,9 +4,11 @@
  *   tokenize PATH --text TEXT [--special]    prints the ids as a JSON array
  *   tokenize PATH --file F [--special]
  *   tokenize PATH --decode 1,2,3 [--skip-special]   prints the text
+ *   tokenize PATH --messages FILE.json [--no-generation-prompt] [--render] [--chat-template FILE]
+ *                                            the chat template's prompt, as ids or text
  *
- * PATH is a tokenizer.json or a folder holding one. A thin client of
- * include/engine.h.
+ * PATH is a tokenizer.json, a folder holding one, or the
+ * tokenizer_config.json beside it. A thin client of include/engine.h.
  */
 #define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
 
@@ -15,22 +17,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "cli_util.h"
 #include "engine.h"
 
 static const char USAGE[] =
-    "usage: tokenize PATH (--text TEXT | --file F | --decode IDS) [--special] [--skip-special]\n"
-    "  PATH            tokenizer.json, or a folder holding it (tokenizer_config.json beside it is read)\n"
+    "usage: tokenize PATH (--text TEXT | --file F | --decode IDS | --messages FILE.json) [options]\n"
+    "  PATH            tokenizer.json, a folder holding it, or the tokenizer_config.json beside it\n"
     "  --text TEXT     encode TEXT; prints the ids as a JSON array\n"
     "  --file F        encode the contents of F ('-' for stdin)\n"
     "  --special       add BOS/EOS as the tokenizer's config says\n"
     "  --decode IDS    decode comma-separated ids; prints the text\n"
-    "  --skip-special  with --decode, leave special tokens out\n";
+    "  --skip-special  with --decode, leave special tokens out\n"
+    "  --messages FILE.json    a conversation ({\"messages\": [{\"role\", \"content\"}...], \"variables\": {}})\n"
+    "                  laid out by the chat template; prints the prompt's ids\n"
+    "  --render        with --messages, print the rendered text exactly instead (no newline added)\n"
+    "  --no-generation-prompt  with --messages, do not open the assistant's turn\n"
+    "  --chat-template FILE    a Jinja chat template instead of the tokenizer's\n";
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL, *text = NULL, *file = NULL, *decode = NULL;
-    int special = 0, skip_special = 0;
+    const char *path = NULL, *text = NULL, *file = NULL, *decode = NULL, *messages = NULL, *chat_template = NULL;
+    int special = 0, skip_special = 0, render = 0, gen_prompt = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -43,6 +51,16 @@ int main(int argc, char **argv)
             }
             const char **dst = a[2] == 't' ? &text : a[2] == 'f' ? &file : &decode;
             *dst = argv[++i];
+        } else if (!strcmp(a, "--messages") || !strcmp(a, "--chat-template")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "tokenize: %s needs a value\n", a);
+                return 2;
+            }
+            *(a[2] == 'm' ? &messages : &chat_template) = argv[++i];
+        } else if (!strcmp(a, "--render")) {
+            render = 1;
+        } else if (!strcmp(a, "--no-generation-prompt")) {
+            gen_prompt = 0;
         } else if (!strcmp(a, "--special")) {
             special = 1;
         } else if (!strcmp(a, "--skip-special")) {
@@ -57,7 +75,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!path || (!!text + !!file + !!decode) != 1) {
+    if (!path || (!!text + !!file + !!decode + !!messages) != 1) {
         fputs(USAGE, stderr);
         return 2;
     }
@@ -71,7 +89,19 @@ int main(int argc, char **argv)
     int rc = 1;
     char *buf = NULL;
     int32_t *ids = NULL;
-    if (decode) {
+    if (messages) {
+        size_t len = 0, n = 0;
+        if (render) {
+            if ((buf = chat_render_file("tokenize", tok, messages, chat_template, gen_prompt, &len)) != NULL) {
+                fwrite(buf, 1, len, stdout);
+                rc = 0;
+            }
+        } else if (chat_prompt_ids("tokenize", tok, messages, chat_template, gen_prompt, &ids, &n) == 0) {
+            cli_json_ids(stdout, ids, n);
+            fputc('\n', stdout);
+            rc = 0;
+        }
+    } else if (decode) {
         long n = cli_parse_ids(decode, &ids);
         if (n < 0) {
             fprintf(stderr, "tokenize: bad id list '%s'\n", decode);
