@@ -5,6 +5,7 @@
  * "if" does not. Errors leave through jj_fail's longjmp; every value lives
  * in the render's arena, freed as one.
  */
+#define _POSIX_C_SOURCE 200809L /* localtime_r */
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -21,6 +22,9 @@ _Noreturn void jj_fail(jj_ctx *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' '; /* the message is one line, whatever raise_exception was given */
     if (c->err && c->err_size)
         snprintf(c->err, c->err_size, "line %d: %s", c->line, msg);
     longjmp(c->jb, 1);

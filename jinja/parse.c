@@ -699,8 +699,12 @@ static void p_body(parser *P, nlist *out, const char *const *ends)
     for (;;) {
         jj_tok *k = cur(P);
         if (k->t == T_EOF) {
-            if (ends)
-                perr(P, k, "unexpected end of template, expected '%s'", ends[0][0] == 'e' && ends[1] ? ends[1] : ends[0]);
+            if (ends) {
+                const char *const *last = ends;
+                while (last[1])
+                    last++;
+                perr(P, k, "unexpected end of template, expected '%s'", *last);
+            }
             return;
         } else if (k->t == T_TEXT) {
             jj_node *n = node(P, N_TEXT, k);
