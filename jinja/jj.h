@@ -146,6 +146,11 @@ void jj_tojson(jj_ctx *c, jj_buf *b, const jj_val *v, int ascii, int indent, con
                const char *key_sep, int sort_keys, int level);
 
 /* eval.c */
+jj_scope *jj_scope_new(jj_ctx *c, jj_scope *parent);
+void jj_scope_set(jj_ctx *c, jj_scope *s, const char *k, jj_val *v);
+jj_val *jj_lookup(jj_ctx *c, jj_scope *s, const char *k); /* an undefined value when absent */
+/* render.c: runs body[nb] into out; ctl becomes 1 on break, 2 on continue */
+void jj_exec_body(jj_ctx *c, jj_scope *s, jj_node **body, int nb, jj_buf *out, int *ctl);
 jj_val *jj_eval(jj_ctx *c, jj_scope *s, const jj_node *n);
 jj_val *jj_call_value(jj_ctx *c, jj_val *f, jj_val **args, int nargs, const char **kw, jj_val **kwv, int nkw);
 jj_val *jj_getattr(jj_ctx *c, jj_val *obj, const char *name, size_t n);
