@@ -7,8 +7,10 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "test_util.h"
@@ -212,10 +214,108 @@ static void check_reuse(void)
     engine_model_free(model);
 }
 
+/* path/name gets text (a file of the test's temporary model folder). */
+static void put_file(const char *dir, const char *name, const char *text, size_t len)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    CHECK_MSG(f && fwrite(text, 1, len, f) == len, "writing %s", p);
+    if (f)
+        fclose(f);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = 0;
+        *len = (size_t)n;
+    } else {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    CHECK_MSG(buf, "reading %s", path);
+    return buf;
+}
+
+/*
+ * The end-of-turn stop: a model whose tokenizer has <|im_end|> as an added
+ * special token (id 7 here) stops at it when its chat template writes it,
+ * though no config lists it; with a template that does not write it, or
+ * with no template, the token is an ordinary one. The model is llama_f32's
+ * (its configs list only </s>, id 2), copied with its tokenizer edited.
+ */
+static void check_end_of_turn(void)
+{
+    char src[4096], dir[] = "/tmp/test_chat_XXXXXX", err[512];
+    CHECK(mkdtemp(dir) != NULL);
+    static const char *const copied[] = {"config.json", "generation_config.json", "model.safetensors"};
+    for (size_t i = 0; i < sizeof copied / sizeof *copied; i++) {
+        char rel[256];
+        size_t n = 0;
+        snprintf(rel, sizeof rel, "models/llama_f32/%s", copied[i]);
+        char *b = slurp(test_data_path(src, sizeof src, rel), &n);
+        if (b)
+            put_file(dir, copied[i], b, n);
+        free(b);
+    }
+    size_t n = 0;
+    char *tj = slurp(test_data_path(src, sizeof src, "models/llama_f32/tokenizer.json"), &n);
+    const char *at = tj ? strstr(tj, "\"added_tokens\": [") : NULL;
+    CHECK(at != NULL);
+    if (!at) {
+        free(tj);
+        return;
+    }
+    at += strlen("\"added_tokens\": [");
+    static const char add[] = "{\"id\": 7, \"content\": \"<|im_end|>\", \"single_word\": false, \"lstrip\": false, "
+                              "\"rstrip\": false, \"normalized\": false, \"special\": true},";
+    char *edited = malloc(n + sizeof add);
+    size_t head = (size_t)(at - tj);
+    memcpy(edited, tj, head);
+    memcpy(edited + head, add, sizeof add - 1);
+    memcpy(edited + head + sizeof add - 1, at, n - head);
+    put_file(dir, "tokenizer.json", edited, n + sizeof add - 1);
+    free(tj), free(edited);
+    static const char *const configs[] = {
+        "{\"chat_template\": \"{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}\"}", /* writes it */
+        "{\"chat_template\": \"{% for m in messages %}{{ m.content }}</s>{% endfor %}\"}",        /* does not */
+        "{}",                                                                                 /* no template */
+    };
+    for (int c = 0; c < 3; c++) {
+        put_file(dir, "tokenizer_config.json", configs[c], strlen(configs[c]));
+        engine_model_params mp = engine_model_default_params();
+        mp.device = ENGINE_DEVICE_CPU;
+        engine_model *m = NULL;
+        CHECK_MSG(engine_model_load(dir, &mp, &m, err, sizeof err) == ENGINE_OK, "%s", err);
+        if (!m)
+            continue;
+        CHECK_MSG(engine_model_is_eos(m, 7) == (c == 0), "config %d: id 7 is%s an end of sequence", c,
+                  engine_model_is_eos(m, 7) ? "" : " not");
+        CHECK(engine_model_is_eos(m, 2) && !engine_model_is_eos(m, 8));
+        engine_model_free(m);
+    }
+    static const char *const names[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        remove(p);
+    }
+    rmdir(dir);
+}
+
 int main(void)
 {
     check_qwen3();
     check_sources();
     check_reuse();
+    check_end_of_turn();
     return test_finish("test_chat");
 }
