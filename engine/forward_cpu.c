@@ -156,7 +156,7 @@ double cpu_layer_rate(const engine_model *m, const int *layers, int n_layers, in
     return best > 0.0 ? (double)bytes / best : 0.0;
 }
 
-void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits)
+void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits, float *rows)
 {
     const engine_model *m = s->model;
     const cfg_model *c = &m->cfg;
@@ -170,7 +170,13 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits)
         forward_cpu_layer(s, l, n, pos0);
     s->n_past += n;
 
-    if (want_logits) {
+    if (rows) {
+        /* Scoring: every row's logits (xb holds n_batch rows). */
+        k_rmsnorm(kc, s->xb, s->x, n, c->dim, &m->out_norm, (float)c->rms_eps);
+        k_matmul(kc, rows, s->xb, n, &m->lm_head, NULL);
+        if (want_logits)
+            memcpy(s->logits, rows + (size_t)(n - 1) * c->vocab_size, (size_t)c->vocab_size * sizeof *s->logits);
+    } else if (want_logits) {
         /* Only the last token's logits are needed to continue. */
         const float *last = s->x + (size_t)(n - 1) * c->dim;
         k_rmsnorm(kc, s->xb, last, 1, c->dim, &m->out_norm, (float)c->rms_eps);

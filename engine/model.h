@@ -165,9 +165,10 @@ engine_status model_bind_weights(engine_model *m, err_buf *e);
 
 /*
  * Run n tokens (n <= s->n_batch) at positions s->n_past... and advance
- * n_past. With want_logits the last token's logits land in s->logits.
+ * n_past. With want_logits the last token's logits land in s->logits; with
+ * rows != NULL every token's logits land in rows[n, vocab] (scoring).
  */
-void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits);
+void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits, float *rows);
 /* One layer of that pass over the n rows of s->x at positions pos0.. (s->pos set). */
 void forward_cpu_layer(engine_session *s, int l, int n, int pos0);
 /*

@@ -5,6 +5,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* mmap, clock_gettime, PATH_MAX under -std=c11 */
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,7 +208,7 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
             }
         } else
 #endif
-            forward_cpu(s, ids + done, chunk, last);
+            forward_cpu(s, ids + done, chunk, last, NULL);
         done += (size_t)chunk;
     }
     if (reads_mapping && (st = st_check(s->model->weights, &s->err))) {
@@ -219,6 +220,92 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
     s->device_logits = s->cuda != NULL;
     if (logits)
         *logits = s->logits;
+    return ENGINE_OK;
+}
+
+/* log of the sum of exp(l[0..n)), in double. */
+static double log_sum_exp(const float *l, int n)
+{
+    double mx = -INFINITY, sum = 0.0;
+    for (int i = 0; i < n; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)l[i] - mx);
+    return mx + log(sum);
+}
+
+/* Position i's prediction from its logits row. */
+static void score_row(const float *row, int vocab, size_t i, int32_t id, size_t first, double *logprob,
+                      engine_score_fn fn, void *user)
+{
+    const double lse = log_sum_exp(row, vocab);
+    if (logprob)
+        logprob[i - first] = (double)row[id] - lse;
+    if (fn)
+        fn(i, row, vocab, lse, user);
+}
+
+engine_status engine_session_score(engine_session *s, const int32_t *ids, size_t n, size_t first, double *logprob,
+                                   engine_score_fn fn, void *user)
+{
+    if (!s)
+        return ENGINE_ERR_INVALID_ARG;
+    err_clear(&s->err);
+    if (!ids || n == 0 || first < 1 || first > n || (!logprob && !fn))
+        return err_set(&s->err, ENGINE_ERR_INVALID_ARG,
+                       "engine_session_score: needs ids, 1 <= first <= n (first %zu, n %zu) and logprob or fn", first,
+                       n);
+    if ((size_t)s->n_past + n > (size_t)s->n_ctx)
+        return err_set(&s->err, ENGINE_ERR_CONTEXT_FULL,
+                       "%zu tokens do not fit: %d of the context's %d are used (raise the context length)", n,
+                       s->n_past, s->n_ctx);
+    const int vocab = s->model->cfg.vocab_size;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "token id %d at index %zu is outside the vocabulary [0, %d)",
+                           (int)ids[i], i, vocab);
+    engine_status st;
+    if (s->cuda) {
+        /* One token at a time: the device pass returns the last row only. */
+        const float *l = NULL;
+        if ((st = session_eval(s, ids, first, &l, NULL)))
+            return st;
+        for (size_t i = first; i < n; i++) {
+            score_row(l, vocab, i, ids[i], first, logprob, fn, user);
+            if ((st = session_eval(s, &ids[i], 1, &l, NULL)))
+                return st;
+        }
+        return ENGINE_OK;
+    }
+    float *rows = malloc((size_t)s->n_batch * vocab * sizeof *rows);
+    if (!rows)
+        return err_set(&s->err, ENGINE_ERR_OUT_OF_MEMORY, "out of memory for %d rows of %d logits", s->n_batch, vocab);
+    if ((st = st_check(s->model->weights, &s->err))) {
+        s->have_logits = false;
+        free(rows);
+        return st;
+    }
+    for (size_t done = 0; done < n;) {
+        const int chunk = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
+        const bool last = done + (size_t)chunk == n;
+        /* Row j predicts ids[done + j + 1]; rows are needed where that index is scored. */
+        const bool need = done + (size_t)chunk >= first;
+        memcpy(s->tokens + s->n_past, ids + done, (size_t)chunk * sizeof *ids);
+        forward_cpu(s, ids + done, chunk, last, need || last ? rows : NULL);
+        for (int j = 0; need && j < chunk; j++) {
+            const size_t i = done + (size_t)j + 1;
+            if (i >= first && i < n)
+                score_row(rows + (size_t)j * vocab, vocab, i, ids[i], first, logprob, fn, user);
+        }
+        done += (size_t)chunk;
+    }
+    free(rows);
+    if ((st = st_check(s->model->weights, &s->err))) {
+        s->have_logits = false;
+        return st;
+    }
+    s->have_logits = true;
+    s->device_logits = false;
     return ENGINE_OK;
 }
 

@@ -782,6 +782,33 @@ ENGINE_API int engine_tokenizer_has_chat_template(const engine_tokenizer *tok);
  */
 ENGINE_API engine_status engine_session_reuse(engine_session *s, const int32_t *ids, size_t n, size_t *n_reused);
 
+/* ---------------------------------------------------------------- scoring */
+
+/*
+ * Called by engine_session_score for each scored position i with that
+ * position's logits (n_vocab floats, the distribution of ids[i]; owned by
+ * the session, valid during the call only) and their log normaliser lse
+ * (log of the sum of exp, in double): log p(v) = logits[v] - lse.
+ */
+typedef void (*engine_score_fn)(size_t i, const float *logits, int n_vocab, double lse, void *user);
+
+/*
+ * Prompt scoring: run ids[0..n) after the tokens already in the context (as
+ * engine_session_eval does) and write logprob[i - first] = log p(ids[i] |
+ * context, ids[<i]) for first <= i < n (logprob: caller-owned, n - first
+ * entries; may be NULL when fn is given). Each log-softmax is taken in
+ * double. 1 <= first <= n: the first id has no prediction within the call.
+ * fn (may be NULL) also gets each scored position's whole logits row. The
+ * CPU computes every row of a batch; other backends evaluate one token at a
+ * time. Afterwards the context holds all n ids and the session's logits are
+ * those after ids[n-1], as after engine_session_eval. Errors as
+ * engine_session_eval's (nothing is evaluated on INVALID_ARG or
+ * CONTEXT_FULL); OUT_OF_MEMORY when a batch of logits rows cannot be
+ * allocated (the call allocates n_batch * vocab_size floats and frees them).
+ */
+ENGINE_API engine_status engine_session_score(engine_session *s, const int32_t *ids, size_t n, size_t first,
+                                              double *logprob, engine_score_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif
