@@ -3,6 +3,7 @@
 #  1. Every fixture and stories260K: the perplexity of the token after the
 #     reference prompt equals exp(-log_softmax(transformers' float64 logits)[t])
 #     within 1e-4 relative (the logits in reference.json).
+#     And whole windows (stories260K, a fixture) against a float64 scorer.
 #  2. Windows: sliding and non-overlapping cuts score the expected number
 #     of tokens, and a text run gives a finite perplexity.
 #  3. KL of a model against itself is 0 with top-1 1; int8 against the f32
@@ -44,6 +45,18 @@ check_ref "$SRC/models/stories260K" "$SRC/tests/data/reference/stories260K_refer
 for d in "$SRC"/tests/data/models/*/; do
   check_ref "${d%/}" "$d/reference.json"
 done
+
+# 1b. Whole windows: every position from score_from on, against the float64 scorer
+# tests/fixtures/perplexity_reference.py (an independent numpy forward pass).
+while read -r model ids ctx from want; do
+  out=$("$PPL" "$SRC/$model" --device cpu --ids "$ids" --ctx "$ctx" --score-from "$from" --json 2>"$T/err") ||
+    { fail "$model window: $(cat "$T/err")"; continue; }
+  python3 -c "import json,sys; g=json.loads(sys.argv[1])['ppl']; w=float(sys.argv[2]); sys.exit(abs(g-w) > 1e-4*w)" \
+    "$out" "$want" || fail "$model: window of $ctx scored from $from: $out, want ppl $want"
+done < <(python3 -c "
+import json
+for e in json.load(open('$SRC/tests/data/perplexity/reference.json')):
+    print(e['model'], ','.join(map(str, e['ids'])), e['ctx'], e['score_from'], repr(e['ppl']))")
 
 # The reference sequence of test_quant_model (prompt + continuation) and one more id, so that
 # scoring from 1 covers the logits after each of its ids.
