@@ -158,6 +158,21 @@ const char *engine_session_last_error(const engine_session *s)
     return s ? s->err.msg : "";
 }
 
+/* n more ids fit the context and each is in the vocabulary; else the error in s->err. */
+static engine_status check_ids(engine_session *s, const int32_t *ids, size_t n)
+{
+    if ((size_t)s->n_past + n > (size_t)s->n_ctx)
+        return err_set(&s->err, ENGINE_ERR_CONTEXT_FULL,
+                       "%zu tokens do not fit: %d of the context's %d are used (raise the context length)", n,
+                       s->n_past, s->n_ctx);
+    const int vocab = s->model->cfg.vocab_size;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "token id %d at index %zu is outside the vocabulary [0, %d)",
+                           (int)ids[i], i, vocab);
+    return ENGINE_OK;
+}
+
 engine_status engine_session_eval(engine_session *s, const int32_t *ids, size_t n, const float **logits)
 {
     const float *dummy;
@@ -177,15 +192,9 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
         return ENGINE_OK;
     if (!ids)
         return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "engine_session_eval: ids is NULL");
-    if ((size_t)s->n_past + n > (size_t)s->n_ctx)
-        return err_set(&s->err, ENGINE_ERR_CONTEXT_FULL,
-                       "%zu tokens do not fit: %d of the context's %d are used (raise the context length)", n,
-                       s->n_past, s->n_ctx);
-    const int vocab = s->model->cfg.vocab_size;
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= vocab)
-            return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "token id %d at index %zu is outside the vocabulary [0, %d)",
-                           (int)ids[i], i, vocab);
+    engine_status st0 = check_ids(s, ids, n);
+    if (st0)
+        return st0;
     /* The CPU pass reads the weights straight from the file mapping: a file
      * truncated since it was loaded is refused here, and one truncated
      * during the pass (its reads gave zeros, see st_guard.h) right after. */
@@ -255,15 +264,10 @@ engine_status engine_session_score(engine_session *s, const int32_t *ids, size_t
         return err_set(&s->err, ENGINE_ERR_INVALID_ARG,
                        "engine_session_score: needs ids, 1 <= first <= n (first %zu, n %zu) and logprob or fn", first,
                        n);
-    if ((size_t)s->n_past + n > (size_t)s->n_ctx)
-        return err_set(&s->err, ENGINE_ERR_CONTEXT_FULL,
-                       "%zu tokens do not fit: %d of the context's %d are used (raise the context length)", n,
-                       s->n_past, s->n_ctx);
+    engine_status st0 = check_ids(s, ids, n);
+    if (st0)
+        return st0;
     const int vocab = s->model->cfg.vocab_size;
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= vocab)
-            return err_set(&s->err, ENGINE_ERR_INVALID_ARG, "token id %d at index %zu is outside the vocabulary [0, %d)",
-                           (int)ids[i], i, vocab);
     engine_status st;
     if (s->cuda) {
         /* One token at a time: the device pass returns the last row only. */

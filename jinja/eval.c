@@ -160,17 +160,6 @@ jj_val *jj_getitem(jj_ctx *c, jj_val *obj, jj_val *key)
     return jj_undef(c, key->t == JV_STR ? jj_strndup(c->a, key->u.s.p, key->u.s.n) : NULL);
 }
 
-static long long slice_arg(jj_ctx *c, jj_val *v, long long dflt)
-{
-    if (!v || v->t == JV_NONE)
-        return dflt;
-    if (v->t == JV_INT)
-        return v->u.i;
-    if (v->t == JV_BOOL)
-        return v->u.b;
-    jj_fail(c, "slice indices must be integers or None");
-}
-
 /* Python's slice semantics on lists, tuples and strings (by code point). */
 static jj_val *slice(jj_ctx *c, jj_val *obj, jj_val *lo, jj_val *hi, jj_val *st)
 {
@@ -183,20 +172,20 @@ static jj_val *slice(jj_ctx *c, jj_val *obj, jj_val *lo, jj_val *hi, jj_val *st)
         n = jj_utf8_len(obj->u.s.p, obj->u.s.n);
     else
         jj_fail(c, "'%s' object is not subscriptable", jj_type_name(obj));
-    long long step = slice_arg(c, st, 1), len = (long long)n;
+    long long step = jj_int_arg(c, st, 1), len = (long long)n;
     if (step == 0)
         jj_fail(c, "slice step cannot be zero");
     long long a, b;
     if (step > 0) {
-        a = slice_arg(c, lo, 0);
-        b = slice_arg(c, hi, len);
+        a = jj_int_arg(c, lo, 0);
+        b = jj_int_arg(c, hi, len);
         if (a < 0) a = a + len < 0 ? 0 : a + len;
         if (b < 0) b = b + len < 0 ? 0 : b + len;
         if (a > len) a = len;
         if (b > len) b = len;
     } else {
-        a = slice_arg(c, lo, len - 1);
-        b = slice_arg(c, hi, -len - 1);
+        a = jj_int_arg(c, lo, len - 1);
+        b = jj_int_arg(c, hi, -len - 1);
         if (a < 0) a = a + len < 0 ? -1 : a + len;
         if (b < 0) b = b + len < 0 ? -1 : b + len;
         if (a >= len) a = len - 1;

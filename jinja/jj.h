@@ -141,6 +141,8 @@ void jj_repr(jj_ctx *c, jj_buf *b, const jj_val *v);            /* Python repr()
 void jj_fmt_float(char *dst, size_t size, double f);            /* Python repr of a float */
 jj_val *jj_to_str(jj_ctx *c, const jj_val *v);
 const char *jj_type_name(const jj_val *v);
+/* v as an integer (a bool counts; NULL or none: dflt); anything else fails the render. */
+long long jj_int_arg(jj_ctx *c, jj_val *v, long long dflt);
 /* json.dumps(v, ensure_ascii, indent (<0: none), separators, sort_keys) */
 void jj_tojson(jj_ctx *c, jj_buf *b, const jj_val *v, int ascii, int indent, const char *item_sep,
                const char *key_sep, int sort_keys, int level);

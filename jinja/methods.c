@@ -218,7 +218,7 @@ int jj_has_method(const jj_val *self, const char *name, size_t n)
     return 0;
 }
 
-static long long int_arg(jj_ctx *c, jj_val *v, long long dflt)
+long long jj_int_arg(jj_ctx *c, jj_val *v, long long dflt)
 {
     if (!v || v->t == JV_NONE)
         return dflt;
@@ -238,7 +238,7 @@ jj_val *jj_method(jj_ctx *c, jj_val *self, const char *name, jj_val **args, int 
         if (eqs(name, "strip")) return jj_strip(c, self, A(0, "chars"), 3);
         if (eqs(name, "lstrip")) return jj_strip(c, self, A(0, "chars"), 1);
         if (eqs(name, "rstrip")) return jj_strip(c, self, A(0, "chars"), 2);
-        if (eqs(name, "split")) return split(c, self, A(0, "sep"), int_arg(c, A(1, "maxsplit"), -1));
+        if (eqs(name, "split")) return split(c, self, A(0, "sep"), jj_int_arg(c, A(1, "maxsplit"), -1));
         if (eqs(name, "startswith") || eqs(name, "endswith")) {
             if (!A(0, "prefix"))
                 jj_fail(c, "%s() takes at least 1 argument", name);
@@ -251,7 +251,7 @@ jj_val *jj_method(jj_ctx *c, jj_val *self, const char *name, jj_val **args, int 
         if (eqs(name, "replace")) {
             if (nargs < 2)
                 jj_fail(c, "replace() takes at least 2 arguments");
-            return jj_replace(c, self, args[0], args[1], int_arg(c, A(2, "count"), -1));
+            return jj_replace(c, self, args[0], args[1], jj_int_arg(c, A(2, "count"), -1));
         }
         if (eqs(name, "find") || eqs(name, "count")) {
             jj_val *x = need_str(c, A(0, "sub") ? A(0, "sub") : &jj_none_v, name);

@@ -157,6 +157,28 @@ struct dec_smem {
 };
 
 /*
+ * Split `lane`'s weight in its head's merged output, by a whole warp: its
+ * (max, sum) from the lanes below `splits` (a split with no keys sent max
+ * -inf: weight 0), exp(m_s - max) over the sum of those times each sum.
+ */
+__device__ __forceinline__ float split_weight(float m_s, float l_s)
+{
+    const float mx = warp_max(m_s);
+    const float w = m_s == -INFINITY ? 0.0f : expf(m_s - mx);
+    return w / warp_sum(w * l_s);
+}
+
+/* The block's largest |output| into *out_max (the next product stages by it), by every thread. */
+__device__ __forceinline__ void post_out_max(unsigned *out_max, float omx)
+{
+    if (out_max) {
+        omx = warp_max(omx);
+        if ((threadIdx.x & 31) == 0 && omx > 0.0f)
+            atomicMax(out_max, __float_as_uint(omx));
+    }
+}
+
+/*
  * The portable merge, by every thread of each block of kv head kvh: the
  * block's accumulator os [G][hd] and its (max, sum) per head go to its row
  * of a.part; the last block of the head to count itself in (a.count[kvh])
@@ -175,11 +197,7 @@ __device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, in
             out[(size_t)kvh * n_out + t] = v;
             omx = fmaxf(omx, fabsf(v));
         }
-        if (a.out_max) {
-            omx = warp_max(omx);
-            if (lane == 0 && omx > 0.0f)
-                atomicMax(a.out_max, __float_as_uint(omx));
-        }
+        post_out_max(a.out_max, omx);
         return;
     }
     const size_t stride = (size_t)n_out + 2 * G;
@@ -201,12 +219,9 @@ __device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, in
     __threadfence(); /* every other row is read after their arrivals */
     for (int g = warp; g < G; g += warps) {
         const float *pair = base + (size_t)lane * stride + n_out + 2 * g;
-        const float m_s = lane < splits ? __ldcg(pair) : -INFINITY, l_s = lane < splits ? __ldcg(pair + 1) : 0.0f;
-        const float mx = warp_max(m_s);
-        const float w = m_s == -INFINITY ? 0.0f : expf(m_s - mx);
-        const float den = warp_sum(w * l_s);
+        const float w = split_weight(lane < splits ? __ldcg(pair) : -INFINITY, lane < splits ? __ldcg(pair + 1) : 0.0f);
         if (lane < splits)
-            wt[g * DEC_MAX_SPLITS + lane] = w / den;
+            wt[g * DEC_MAX_SPLITS + lane] = w;
     }
     __syncthreads();
     float omx = 0.0f;
@@ -220,11 +235,7 @@ __device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, in
     }
     if (tid == 0)
         a.count[kvh] = 0;
-    if (a.out_max) {
-        omx = warp_max(omx);
-        if (lane == 0 && omx > 0.0f)
-            atomicMax(a.out_max, __float_as_uint(omx));
-    }
+    post_out_max(a.out_max, omx);
 }
 
 template <typename T, bool CLUSTER>
@@ -455,12 +466,9 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     const int g0 = my0 / hd, ng = my_n > 0 ? (my0 + my_n - 1) / hd - g0 + 1 : 0;
     for (int j = warp; j < ng; j += warps) {
         const float *pair = recv + (size_t)lane * mg.stride + mg.per + 2 * (g0 + j);
-        const float m_s = lane < splits ? pair[0] : -INFINITY, l_s = lane < splits ? pair[1] : 0.0f;
-        const float mx = warp_max(m_s);
-        const float w = m_s == -INFINITY ? 0.0f : expf(m_s - mx);
-        const float den = warp_sum(w * l_s);
+        const float w = split_weight(lane < splits ? pair[0] : -INFINITY, lane < splits ? pair[1] : 0.0f);
         if (lane < splits)
-            wt[j * DEC_MAX_SPLITS + lane] = w / den;
+            wt[j * DEC_MAX_SPLITS + lane] = w;
     }
     __syncthreads();
     float omx = 0.0f; /* for out_max */
@@ -474,11 +482,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         out[(size_t)kvh * n_out + my0 + t] = num;
         omx = fmaxf(omx, fabsf(num));
     }
-    if (a.out_max) { /* the output projection stages its input knowing this */
-        omx = warp_max(omx);
-        if (lane == 0 && omx > 0.0f)
-            atomicMax(a.out_max, __float_as_uint(omx));
-    }
+    post_out_max(a.out_max, omx); /* the output projection stages its input knowing this */
 #endif
 }
 
