@@ -254,6 +254,66 @@ static void score_row(const float *row, int vocab, size_t i, int32_t id, size_t 
         fn(i, row, vocab, lse, user);
 }
 
+#ifdef ENGINE_HAVE_CUDA
+/*
+ * Scoring on the GPU. Each pass of up to n_batch ids leaves its rows' hidden
+ * states on the device; the head and the log-sum-exp of the scored rows run
+ * there (cuda_score_rows), and only two figures per row come back unless fn
+ * wants the rows. The pass's last row comes back as its logits anyway. With
+ * a streamed head the rows are scored one token at a time.
+ */
+static engine_status score_cuda(engine_session *s, const int32_t *ids, size_t n, size_t first, double *logprob,
+                                engine_score_fn fn, void *user)
+{
+    const int vocab = s->model->cfg.vocab_size, per = cuda_score_rows_max(s);
+    const float *l = NULL;
+    engine_status st;
+    if (per == 0) {
+        if ((st = session_eval(s, ids, first, &l, NULL)))
+            return st;
+        for (size_t i = first; i < n; i++) {
+            score_row(l, vocab, i, ids[i], first, logprob, fn, user);
+            if ((st = session_eval(s, &ids[i], 1, &l, NULL)))
+                return st;
+        }
+        return ENGINE_OK;
+    }
+    float *figs = malloc(2 * (size_t)per * sizeof *figs), *rows = fn ? malloc((size_t)per * vocab * sizeof *rows) : NULL;
+    if (!figs || (fn && !rows)) {
+        free(figs), free(rows);
+        return err_set(&s->err, ENGINE_ERR_OUT_OF_MEMORY, "out of memory for %d rows of %d logits", per, vocab);
+    }
+    st = ENGINE_OK;
+    for (size_t done = 0; done < n && !st;) {
+        const size_t chunk = n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch;
+        if ((st = session_eval(s, ids + done, chunk, &l, NULL)))
+            break;
+        /* Row j predicts ids[done + j + 1]: scored for j in [lo, hi); the last row (chunk - 1) is l. */
+        const size_t lo = first > done + 1 ? first - done - 1 : 0;
+        const size_t hi = n - done - 1 < chunk ? n - done - 1 : chunk;
+        const size_t dev_hi = hi < chunk - 1 ? hi : chunk - 1;
+        for (size_t a = lo; a < dev_hi && !st; a += (size_t)per) {
+            const size_t b = dev_hi - a < (size_t)per ? dev_hi : a + (size_t)per;
+            if ((st = cuda_score_rows(s, (int)a, (int)b, ids + done + a + 1, figs, rows, &s->err)))
+                break;
+            for (size_t j = a; j < b; j++) {
+                const size_t i = done + j + 1;
+                const double lse = figs[2 * (j - a)];
+                if (logprob)
+                    logprob[i - first] = (double)figs[2 * (j - a) + 1] - lse;
+                if (fn)
+                    fn(i, rows + (j - a) * (size_t)vocab, vocab, lse, user);
+            }
+        }
+        if (!st && hi == chunk && lo < chunk)
+            score_row(l, vocab, done + chunk, ids[done + chunk], first, logprob, fn, user);
+        done += chunk;
+    }
+    free(figs), free(rows);
+    return st;
+}
+#endif
+
 engine_status engine_session_score(engine_session *s, const int32_t *ids, size_t n, size_t first, double *logprob,
                                    engine_score_fn fn, void *user)
 {
@@ -269,18 +329,10 @@ engine_status engine_session_score(engine_session *s, const int32_t *ids, size_t
         return st0;
     const int vocab = s->model->cfg.vocab_size;
     engine_status st;
-    if (s->cuda) {
-        /* One token at a time: the device pass returns the last row only. */
-        const float *l = NULL;
-        if ((st = session_eval(s, ids, first, &l, NULL)))
-            return st;
-        for (size_t i = first; i < n; i++) {
-            score_row(l, vocab, i, ids[i], first, logprob, fn, user);
-            if ((st = session_eval(s, &ids[i], 1, &l, NULL)))
-                return st;
-        }
-        return ENGINE_OK;
-    }
+#ifdef ENGINE_HAVE_CUDA
+    if (s->cuda)
+        return score_cuda(s, ids, n, first, logprob, fn, user);
+#endif
     float *rows = malloc((size_t)s->n_batch * vocab * sizeof *rows);
     if (!rows)
         return err_set(&s->err, ENGINE_ERR_OUT_OF_MEMORY, "out of memory for %d rows of %d logits", s->n_batch, vocab);

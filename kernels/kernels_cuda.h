@@ -195,6 +195,13 @@ int launch_sample_candidates(launch_ctx *c, const float *x, int n, float tempera
                              int32_t *ids, float *vals);
 
 /*
+ * Per row of x[rows, cols] (logits): out[2r] = log(sum_i exp(x[r, i])) and
+ * out[2r + 1] = x[r, targets[r]] (NaN where targets is NULL or the id is
+ * outside [0, cols)). Scoring a text reads these instead of the rows.
+ */
+int launch_row_lse(launch_ctx *c, const float *x, int rows, int cols, const int32_t *targets, float *out);
+
+/*
  * Matrix-vector product for one token (decode), bound by reading W once:
  *   y[rows] (= or +=) W[rows, cols] . in(x) (+ bias)
  * where in(x) is prepared once per block in shared memory from

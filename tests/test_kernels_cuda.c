@@ -155,6 +155,45 @@ static void test_rmsnorm_swiglu_bias(launch_ctx *lc)
         }
 }
 
+/* Per-row log-sum-exp and target logit, against double sums on the host. */
+static void test_row_lse(launch_ctx *lc)
+{
+    static const struct {
+        int rows, cols;
+    } shapes[] = {{1, 1}, {3, 7}, {5, 512}, {17, 32000}, {4, 128256}, {2, 151936}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int rows = shapes[si].rows, cols = shapes[si].cols;
+        float *x = malloc((size_t)rows * cols * sizeof *x), out[2 * 32];
+        int32_t t[32];
+        fill(x, (size_t)rows * cols, 8.0 + 4.0 * (double)si); /* wide logits: the running maximum moves */
+        for (int r = 0; r < rows; r++)
+            t[r] = r == 1 ? -1 : (int32_t)(((unsigned)r * 2654435761u) % (unsigned)cols);
+        float *dx = dev_copy(x, (size_t)rows * cols), *dout = dev_alloc(sizeof out);
+        int32_t *dt = dev_alloc(sizeof t);
+        cudaMemcpy(dt, t, (size_t)rows * sizeof *t, cudaMemcpyHostToDevice);
+        CHECK_MSG(launch_row_lse(lc, dx, rows, cols, dt, dout) == 0, "%s", lc->err);
+        cudaMemcpy(out, dout, 2 * (size_t)rows * sizeof *out, cudaMemcpyDeviceToHost);
+        for (int r = 0; r < rows; r++) {
+            const float *row = x + (size_t)r * cols;
+            double mx = -INFINITY, e = 0.0;
+            for (int i = 0; i < cols; i++)
+                mx = row[i] > mx ? row[i] : mx;
+            for (int i = 0; i < cols; i++)
+                e += exp((double)row[i] - mx);
+            const double want = mx + log(e);
+            CHECK_MSG(fabs(out[2 * r] - want) <= 1e-5 * (1.0 + fabs(want)), "row_lse %dx%d row %d: %.7f, want %.7f",
+                      rows, cols, r, out[2 * r], want);
+            if (t[r] >= 0)
+                CHECK_MSG(out[2 * r + 1] == row[t[r]], "row_lse %dx%d row %d: target logit %g, want %g", rows, cols,
+                          r, out[2 * r + 1], row[t[r]]);
+            else
+                CHECK_MSG(isnan(out[2 * r + 1]), "row_lse %dx%d row %d: no target, got %g", rows, cols, r,
+                          out[2 * r + 1]);
+        }
+        cudaFree(dx), cudaFree(dout), cudaFree(dt), free(x);
+    }
+}
+
 static void test_argmax(launch_ctx *lc)
 {
     static const int sizes[] = {1, 7, 512, 513, 65537, 128256, 151936, 262144};
@@ -1050,6 +1089,7 @@ int main(void)
     test_embed(&lc);
     test_rmsnorm_swiglu_bias(&lc);
     test_argmax(&lc);
+    test_row_lse(&lc);
     test_rope_qkv(&lc);
     test_attention(&lc);
     test_matrix_products(&lc);

@@ -101,6 +101,61 @@ static void agreement(engine_session *sc, engine_session *sg, const int32_t *seq
     memcpy(last_gpu, lg, (size_t)vocab * sizeof *last_gpu);
 }
 
+/* engine_session_score's rows, kept for the comparison (fn of the GPU session). */
+typedef struct {
+    float *rows; /* [SEQ, vocab], row i at i */
+    double *lse;
+    int vocab;
+} kept_rows;
+
+static void keep_row(size_t i, const float *logits, int n_vocab, double lse, void *user)
+{
+    kept_rows *k = user;
+    memcpy(k->rows + i * (size_t)k->vocab, logits, (size_t)n_vocab * sizeof *logits);
+    k->lse[i] = lse;
+}
+
+/*
+ * Prompt scoring on both backends: the log-probabilities of seq[first..SEQ)
+ * from one call each (on the GPU the head and log-sum-exp run on the device
+ * for every row), and the rows the GPU hands to a callback against the
+ * CPU's and against their own log-sum-exp.
+ */
+static void scoring(const char *name, engine_session *sc, engine_session *sg, const int32_t *seq, int vocab,
+                    double tol)
+{
+    const size_t first = 5;
+    double lpc[SEQ], lpg[SEQ], lse[SEQ];
+    kept_rows kg = {malloc((size_t)SEQ * vocab * sizeof(float)), lse, vocab};
+    engine_session_reset(sc);
+    engine_session_reset(sg);
+    CHECK_MSG(engine_session_score(sc, seq, SEQ, first, lpc, NULL, NULL) == ENGINE_OK, "%s",
+              engine_session_last_error(sc));
+    CHECK_MSG(engine_session_score(sg, seq, SEQ, first, lpg, keep_row, &kg) == ENGINE_OK, "%s",
+              engine_session_last_error(sg));
+    double worst = 0.0, sum_c = 0.0, sum_g = 0.0, worst_lse = 0.0;
+    for (size_t i = first; i < SEQ; i++) {
+        worst = fmax(worst, fabs(lpc[i - first] - lpg[i - first]));
+        sum_c += lpc[i - first], sum_g += lpg[i - first];
+        /* The callback's row and lse agree with the figure returned for it. */
+        const float *row = kg.rows + i * (size_t)vocab;
+        double mx = -INFINITY, e = 0.0;
+        for (int v = 0; v < vocab; v++)
+            mx = fmax(mx, row[v]);
+        for (int v = 0; v < vocab; v++)
+            e += exp(row[v] - mx);
+        worst_lse = fmax(worst_lse, fabs(mx + log(e) - lse[i]) + fabs(row[seq[i]] - lse[i] - lpg[i - first]));
+    }
+    const double n = (double)(SEQ - first), ppl_ratio = exp(-(sum_g - sum_c) / n);
+    printf("test_parity_cuda: %-26s scoring: log-prob difference at most %.2e, ppl GPU/CPU %.5f, row check %.1e\n",
+           name, worst, ppl_ratio, worst_lse);
+    CHECK_MSG(worst <= tol, "%s: scored log-probabilities differ by %.2e (> %.1e)", name, worst, tol);
+    CHECK_MSG(fabs(ppl_ratio - 1.0) <= tol, "%s: perplexity GPU/CPU %.6f", name, ppl_ratio);
+    CHECK_MSG(worst_lse < 1e-4 * (1.0 + fabs(lse[first])), "%s: GPU rows disagree with their figures by %.2e", name,
+              worst_lse);
+    free(kg.rows);
+}
+
 static void parity(const char *name, const char *path, bool fp32, engine_quant quant)
 {
     engine_model *mc = load(path, ENGINE_DEVICE_CPU, quant), *mg = load(path, ENGINE_DEVICE_CUDA, quant);
@@ -154,6 +209,9 @@ static void parity(const char *name, const char *path, bool fp32, engine_quant q
     else /* quantized: the same rounding of the activations, on weights further from the dense ones */
         CHECK_MSG(rate_b >= (quant ? 0.97 : 0.98), "%s: prefill-path top-1 agreement %.2f%% < %d%%", name,
                   100.0 * rate_b, quant ? 97 : 98);
+
+    /* Scoring: fp32 models as their logits; 16-bit ones through the prefill path's rounding. */
+    scoring(name, sc, sg, seq, vocab, fp32 ? (four_bit ? 2e-2 : 1e-3) : 0.1);
 
     /* The whole sequence as one batch ends where the token-by-token run did. */
     engine_session_reset(sg);

@@ -58,6 +58,19 @@ void cuda_greedy_drop(engine_session *s);
  */
 int cuda_sample_candidates(engine_session *s, float temperature, const int32_t **ids, const float **vals, err_buf *e);
 
+/*
+ * Scoring (engine_session_score), after a batch pass (cuda_forward, n > 1)
+ * that left its rows' hidden states on the device: rows [r0, r1) of that
+ * pass through the head, with lse_logit[2j] = the log-sum-exp of row r0 + j
+ * and lse_logit[2j + 1] its logit of targets[j] (host ids), and where
+ * rows_out is not NULL the rows themselves ([r1 - r0, vocab] floats).
+ * cuda_score_rows_max() is how many rows one round holds, 0 when this is
+ * not possible (a streamed head): then score one token at a time.
+ */
+int cuda_score_rows_max(const engine_session *s);
+engine_status cuda_score_rows(engine_session *s, int r0, int r1, const int32_t *targets, float *lse_logit,
+                              float *rows_out, err_buf *e);
+
 /* Copy the last logits to s->logits. */
 engine_status cuda_copy_logits(engine_session *s, err_buf *e);
 

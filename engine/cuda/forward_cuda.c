@@ -467,3 +467,67 @@ engine_status cuda_copy_logits(engine_session *s, err_buf *e)
         ce = cudaStreamSynchronize(cs->lc.stream);
     return ce == cudaSuccess ? ENGINE_OK : err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
 }
+
+/*
+ * Rows of the device scratch that hold logits for scoring, with their two
+ * figures after them (launch_row_lse): the session's gate/up buffer, free
+ * between passes. 0 when the head is streamed (its blocks pass through the
+ * stream slots one token at a time) or not even one row fits.
+ */
+int cuda_score_rows_max(const engine_session *s)
+{
+    const cuda_session *cs = s->cuda;
+    const cfg_model *c = &s->model->cfg;
+    if (stream_head_blocks(cs) > 0)
+        return 0;
+    const size_t cap = (size_t)s->n_batch * 2 * c->ffn_dim, per = (size_t)c->vocab_size + 2;
+    return cap / per > (size_t)s->n_batch ? s->n_batch : (int)(cap / per);
+}
+
+engine_status cuda_score_rows(engine_session *s, int r0, int r1, const int32_t *targets, float *lse_logit,
+                              float *rows_out, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    const cfg_model *c = &s->model->cfg;
+    const cuda_mat *h = &cs->cm->lm_head;
+    launch_ctx *lc = &cs->lc;
+    const int vocab = c->vocab_size, dim = c->dim, per = cuda_score_rows_max(s);
+    if (per <= 0 || r0 < 0 || r1 > s->n_batch || r0 >= r1)
+        return err_set(e, ENGINE_ERR_INVALID_ARG, "scoring rows [%d, %d) on the GPU: not possible here", r0, r1);
+    float *rows = cs->gu, *figs = cs->gu + (size_t)per * vocab;
+    int32_t *d_targets = cs->ids; /* the pass that read the ids is queued before */
+    cudaStream_t st = lc->stream;
+    for (int a = r0; a < r1; a += per) {
+        const int r = r1 - a < per ? r1 - a : per;
+        cudaError_t ce = cudaMemcpyAsync(d_targets, targets + (a - r0), (size_t)r * sizeof *targets,
+                                         cudaMemcpyHostToDevice, st);
+        if (ce != cudaSuccess)
+            return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+        const float *xa = cs->x + (size_t)a * dim;
+        if (h->t == cs->cm->wt) { /* dense: one product for the rows */
+            if (launch_rmsnorm(lc, cs->act, cs->cm->wt, xa, cs->cm->out_norm, r, dim, (float)c->rms_eps) ||
+                launch_gemm(lc, rows, false, cs->act, h->w, h->t, r, vocab, dim))
+                return cuda_launch_error(cs, e);
+        } else { /* quantized: the decode product, row by row */
+            for (int j = 0; j < r; j++) {
+                gemv_args g = {.y = rows + (size_t)j * vocab, .rows = vocab, .cols = dim, .in = GEMV_IN_RMSNORM,
+                               .x = xa + (size_t)j * dim, .norm = cs->cm->out_norm, .eps = (float)c->rms_eps};
+                set_mat(&g, h);
+                if (launch_gemv(lc, &g))
+                    return cuda_launch_error(cs, e);
+            }
+        }
+        if (launch_row_lse(lc, rows, r, vocab, d_targets, figs))
+            return cuda_launch_error(cs, e);
+        ce = cudaMemcpyAsync(lse_logit + 2 * (size_t)(a - r0), figs, 2 * (size_t)r * sizeof(float),
+                             cudaMemcpyDeviceToHost, st);
+        if (ce == cudaSuccess && rows_out)
+            ce = cudaMemcpyAsync(rows_out + (size_t)(a - r0) * vocab, rows, (size_t)r * vocab * sizeof(float),
+                                 cudaMemcpyDeviceToHost, st);
+        if (ce == cudaSuccess)
+            ce = cudaStreamSynchronize(st);
+        if (ce != cudaSuccess)
+            return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+    }
+    return ENGINE_OK;
+}
