@@ -58,6 +58,21 @@ const char *engine_status_str(engine_status s)
     return "unknown status";
 }
 
+static const char *const kv_names[] = {"auto", "f32", "f16", "bf16", "int8", "fp8"};
+
+const char *engine_kv_type_name(engine_kv_type t)
+{
+    return (unsigned)t < sizeof kv_names / sizeof kv_names[0] ? kv_names[t] : NULL;
+}
+
+int engine_kv_type_parse(const char *name)
+{
+    for (int i = 0; name && i < (int)(sizeof kv_names / sizeof kv_names[0]); i++)
+        if (strcmp(name, kv_names[i]) == 0)
+            return i;
+    return -1;
+}
+
 engine_status engine_tokenizer_load(const char *path, engine_tokenizer **out, char *err, size_t err_size)
 {
     err_buf e;

@@ -93,6 +93,31 @@ typedef enum engine_quant {
     ENGINE_QUANT_FP4 = 5        /* bitsandbytes FP4, blocks of 64               */
 } engine_quant;
 
+/*
+ * How the KV cache stores keys and values. INT8 and FP8 keep one fp32 scale
+ * per token and KV head, for K and for V apart (value = code * scale):
+ * INT8 symmetric, scale = max|x| / 127; FP8 as e4m3 (finite, saturating),
+ * scale = max|x| / 448. Both are decoded in registers where attention reads
+ * them. AUTO: fp32 on the CPU; on CUDA fp16 (fp32 for fp32 models), or what
+ * the placement chooses to fit the budget (see engine_plan).
+ */
+typedef enum engine_kv_type {
+    ENGINE_KV_AUTO = 0,
+    ENGINE_KV_F32 = 1,
+    ENGINE_KV_F16 = 2,
+    ENGINE_KV_BF16 = 3,
+    ENGINE_KV_INT8 = 4,
+    ENGINE_KV_FP8 = 5
+} engine_kv_type;
+
+/* "auto", "f32", "f16", "bf16", "int8", "fp8"; NULL for an unknown value. */
+ENGINE_API const char *engine_kv_type_name(engine_kv_type t);
+/* The type named (as engine_kv_type_name gives it); -1 for an unknown name. */
+ENGINE_API int engine_kv_type_parse(const char *name);
+
+/* A context length meaning the model's maximum (max_position_embeddings). */
+#define ENGINE_CTX_MAX (-1)
+
 typedef struct engine_model_params {
     engine_device device;  /* default ENGINE_DEVICE_AUTO                   */
     int n_threads;         /* CPU threads; 0 = all cores (default)         */
@@ -137,6 +162,10 @@ typedef struct engine_model_params {
      * (engine_device_bandwidths). */
     double hbm_gbps;
     double pcie_gbps;
+    /* Appended fields: */
+    /* CUDA: the KV cache type the placement plans for (sessions of this
+     * model default to it); AUTO = as engine_kv_type says. */
+    engine_kv_type kv_type;
 } engine_model_params;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
@@ -244,7 +273,10 @@ ENGINE_API engine_status engine_detokenizer_flush(engine_detokenizer *d, const c
 /* ---------------------------------------------------------------- session */
 
 typedef struct engine_session_params {
-    int n_ctx;     /* context length in tokens; 0 = min(model maximum, 4096) */
+    int n_ctx;     /* context length in tokens; 0 = min(model maximum, 4096);
+                      ENGINE_CTX_MAX = the model's maximum */
+    /* Appended fields: */
+    engine_kv_type kv_type; /* AUTO = the model's (engine_model_params.kv_type) */
 } engine_session_params;
 
 ENGINE_API engine_session_params engine_session_default_params(void);
