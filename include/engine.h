@@ -277,6 +277,9 @@ typedef struct engine_session_params {
                       ENGINE_CTX_MAX = the model's maximum */
     /* Appended fields: */
     engine_kv_type kv_type; /* AUTO = the model's (engine_model_params.kv_type) */
+    int n_batch;            /* most prompt tokens one pass takes: the activation memory
+                               is sized for it, not for the prompt; 0 = the default
+                               (CPU 64, CUDA 512), at most n_ctx */
 } engine_session_params;
 
 ENGINE_API engine_session_params engine_session_default_params(void);
