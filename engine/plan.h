@@ -97,4 +97,8 @@ int plan_default_ctx(const cfg_model *c);
 /* "int8", "nf4", ... for a quantization; "none" for ENGINE_QUANT_NONE. Static storage. */
 const char *plan_quant_name(engine_quant q);
 
+/* The format label of w on the device once q applies ("bf16", "nf4-dq", ...;
+ * dense matrices take wt, the embeddings' type). Static storage. */
+const char *plan_format_label(const k_weight *w, engine_quant q, k_dtype wt);
+
 #endif
