@@ -26,6 +26,12 @@
  * faster there). The bandwidths that price a plan are the caller's: as
  * measured on the device (cuda/measure.c), a known card's (gpus.c), given,
  * or the defaults (an H100's); the totals say which.
+ *
+ * The KV cache's type is the caller's, or under AUTO chosen here
+ * (choose_kv): the default where everything fits, else a smaller cache or
+ * streamed weights, whichever decodes faster with the context full. The
+ * plan also finds the longest context each type fits, for the report and
+ * the refusal.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -46,6 +52,11 @@ struct engine_plan {
     engine_plan_option options[N_OPTIONS];
     size_t n_options;
     char summary[ERR_MSG_MAX];
+    /* AUTO's other candidate (kv AUTO when there was none), for the summary */
+    engine_kv_type alt_kv;
+    int alt_k;          /* its layers streamed                          */
+    bool alt_fits, alt_emb_host, alt_head_streamed;
+    double alt_full_tps; /* its decode bound at full context */
 };
 
 static uint64_t round_up(uint64_t x, uint64_t to)
@@ -296,7 +307,15 @@ static void decide(const plan_in *in, plan_state *chosen, plan_state *first, pla
         choose_hosted(in, chosen);
 }
 
-static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, const engine_plan_params *p, int n_ctx)
+/* The prompt tokens a pass is sized for: the caller's, else CUDA's default; never more than the context. */
+static int batch_of(const engine_plan_params *p, int n_ctx)
+{
+    const int nb = p->n_batch > 0 ? p->n_batch : PLAN_CUDA_BATCH;
+    return nb < n_ctx ? nb : n_ctx;
+}
+
+static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, const engine_plan_params *p, int n_ctx,
+                    engine_kv_type kv)
 {
     const cfg_model *c = &m->cfg;
     const k_dtype wt = m->tok_emb.dtype;
@@ -310,8 +329,9 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->head = in->tied ? w->head + w->emb : w->head;
     in->head_norm = round_up((uint64_t)c->dim * sizeof(float), PLAN_ALIGN);
     in->emb_row = (uint64_t)c->dim * k_dtype_size(wt);
-    uint64_t act;
-    plan_session_bytes(c, wt, n_ctx, w->deq_elems, &in->kv, &act);
+    const uint64_t act = plan_session_layout(c, wt, batch_of(p, n_ctx), n_ctx, w->deq_elems, PLAN_ARGMAX_SCRATCH,
+                                             NULL, NULL);
+    in->kv = plan_kv_bytes(c, kv, n_ctx);
     in->act = round_up(act, PLAN_GRANULARITY) + round_up(PLAN_WORKSPACE, PLAN_GRANULARITY);
     in->context = p->cuda_context_bytes;
     in->budget = p->vram_budget;
@@ -320,6 +340,113 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->host = p->host_gbps * 1e9;
     in->shared = p->shared_gbps * 1e9;
     in->host_layers = p->host_layers;
+}
+
+/* ---------------------------------------------------------------- KV type */
+
+/* One KV type planned: its inputs and the states decide() found. */
+typedef struct plan_run {
+    engine_kv_type kv;
+    plan_in in;
+    plan_state chosen, first, last;
+} plan_run;
+
+static void run_kv(plan_run *r, const engine_model *m, const plan_weights *w, const engine_plan_params *p, int n_ctx,
+                   engine_kv_type kv)
+{
+    r->kv = kv;
+    fill_in(&r->in, m, w, p, n_ctx, kv);
+    decide(&r->in, &r->chosen, &r->first, &r->last);
+}
+
+/*
+ * The decode bound with the cache full: each token's attention reads every
+ * K and V byte once, on top of the weights (at 128k tokens an 8B model's
+ * fp16 cache is 16 GiB, three times its nf4 weights). With hosted layers
+ * the read is added to the stepped time too: their attention runs on the
+ * GPU between the CPU's products, so it does not overlap them.
+ */
+static double full_ctx_tps(const plan_run *r)
+{
+    const plan_state *s = &r->chosen;
+    if (!s->fits || !(s->tps > 0))
+        return 0.0;
+    return 1.0 / (1.0 / s->tps + (double)r->in.kv / r->in.hbm);
+}
+
+/* s fits and moves nothing off the device beyond what min_layers_streamed forces (the embedding table counted or not). */
+static bool keeps_resident(const plan_in *in, const plan_state *s, bool count_emb)
+{
+    const bool all = in->min_streamed > in->n_layers;
+    const int k0 = all ? in->n_layers : in->min_streamed;
+    return s->fits && s->k == k0 && s->head_streamed == all && (!count_emb || s->emb_host == all);
+}
+
+/*
+ * The KV type to plan with: the caller's, or for AUTO the default type
+ * when everything fits with it. When it does not, two ways out: (S) shrink
+ * the cache to the least lossy type that keeps every layer resident (f32
+ * to f16 first, then int8; int8 rather than fp8: the same bytes, and finer
+ * steps for every value above a fourteenth of its row's largest, max/127
+ * against e4m3's 3 mantissa bits), or int8 with what streaming it still
+ * needs; (T) stream weights with the default type, or when even that does
+ * not fit, S. The faster at full context wins, a tie keeping the default.
+ * On bytes alone S always wins where it fits: its smaller cache leaves
+ * more room, so it streams no more than T, and it reads fewer KV bytes;
+ * the comparison stays so that a cost the bytes do not show (a slower
+ * attention over a quantized cache, say) would be weighed in one place.
+ * *alt gets the way not taken (alt->kv AUTO when there was none).
+ */
+static void choose_kv(plan_run *out, plan_run *alt, const engine_model *m, const plan_weights *w,
+                      const engine_plan_params *p, int n_ctx)
+{
+    const cfg_model *c = &m->cfg;
+    const engine_kv_type def = plan_kv_default(m->tok_emb.dtype);
+    alt->kv = ENGINE_KV_AUTO;
+    if (p->kv_type != ENGINE_KV_AUTO) {
+        run_kv(out, m, w, p, n_ctx, p->kv_type);
+        return;
+    }
+    run_kv(out, m, w, p, n_ctx, def);
+    if (keeps_resident(&out->in, &out->chosen, true))
+        return;
+    static const engine_kv_type SHRINK[] = {ENGINE_KV_F16, ENGINE_KV_INT8}; /* least loss first */
+    plan_run s;
+    s.kv = ENGINE_KV_AUTO;
+    for (size_t i = 0; i < sizeof SHRINK / sizeof SHRINK[0]; i++) {
+        if (plan_kv_token_bytes(c, SHRINK[i]) >= plan_kv_token_bytes(c, def))
+            continue;
+        run_kv(&s, m, w, p, n_ctx, SHRINK[i]);
+        if (keeps_resident(&s.in, &s.chosen, false))
+            break;
+    }
+    if (s.kv == ENGINE_KV_AUTO)
+        return;
+    if (!out->chosen.fits || (s.chosen.fits && full_ctx_tps(&s) > full_ctx_tps(out))) {
+        *alt = *out;
+        *out = s;
+    } else {
+        *alt = s;
+    }
+}
+
+/* The longest context in [0, cap] whose plan fits with type kv (the minimum grows with the context). */
+static int longest_ctx(const engine_model *m, const plan_weights *w, const engine_plan_params *p, engine_kv_type kv,
+                       int cap)
+{
+    engine_plan_params q = *p;
+    q.host_layers = 0; /* hosted layers change no device bytes */
+    int lo = 0, hi = cap;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        plan_run r;
+        run_kv(&r, m, w, &q, mid, kv);
+        if (r.chosen.fits)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 /* ------------------------------------------------------------- public API */
@@ -349,7 +476,53 @@ static const engine_plan_option *suggest(const engine_plan *p, bool resident)
     return NULL;
 }
 
-static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slot_each)
+/* What streams in a state, in a few words ("5 layers", "the embeddings", "every layer and the output head"). */
+static const char *moved_words(int k, bool emb_host, bool head_streamed, char *buf, size_t n)
+{
+    if (head_streamed)
+        snprintf(buf, n, "every layer and the output head");
+    else if (k > 0)
+        snprintf(buf, n, "%d layer%s", k, k == 1 ? "" : "s");
+    else
+        snprintf(buf, n, "%s", emb_host ? "the embeddings" : "nothing");
+    return buf;
+}
+
+/*
+ * The KV clause of a fitting plan: its type, the bound with the cache
+ * full, and for AUTO the way not taken (the type it would have had, what
+ * would have streamed and that bound).
+ */
+static int kv_clause(const engine_plan *p, char *s, size_t n)
+{
+    const engine_plan_totals *t = &p->totals;
+    int len = snprintf(s, n, "; %s KV cache, decode bound %.1f tok/s with all %d tokens in it",
+                       engine_kv_type_name(t->kv_type), t->full_ctx_tokens_per_second, t->n_ctx);
+    if (p->alt_kv == ENGINE_KV_AUTO || len < 0 || (size_t)len >= n)
+        return len;
+    char w[64];
+    moved_words(p->alt_k, p->alt_emb_host, p->alt_head_streamed, w, sizeof w);
+    if (!p->alt_fits)
+        return len + snprintf(s + len, n - (size_t)len, " (chosen over %s KV, which does not fit)",
+                              engine_kv_type_name(p->alt_kv));
+    return len + snprintf(s + len, n - (size_t)len, " (chosen over %s KV, which would stream %s: %.1f tok/s)",
+                          engine_kv_type_name(p->alt_kv), w, p->alt_full_tps);
+}
+
+/* When refused: the longest context each KV type fits, for the types this model can use. */
+static int ctx_clause(const engine_plan_totals *t, bool f32_model, char *s, size_t n)
+{
+    const int *by = t->max_ctx_by_kv;
+    if (by[ENGINE_KV_AUTO] == 0)
+        return snprintf(s, n, "; no context fits with any KV type");
+    char f32[48] = "";
+    if (f32_model || t->kv_type == ENGINE_KV_F32)
+        snprintf(f32, sizeof f32, "%d tokens with f32 KV, ", by[ENGINE_KV_F32]);
+    return snprintf(s, n, "; the longest context that fits: %s%d%s with f16 or bf16 KV, %d with int8 or fp8 (--kv)",
+                    f32, by[ENGINE_KV_F16], f32[0] ? "" : " tokens", by[ENGINE_KV_INT8]);
+}
+
+static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slot_each, bool f32_model)
 {
     const engine_plan_totals *t = &p->totals;
     char hb[8][32];
@@ -357,10 +530,10 @@ static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slo
     const size_t n = sizeof p->summary;
     if (!t->fits) {
         int len = snprintf(s, n,
-                           "needs at least %s of device memory (2 layers in flight %s each, KV cache %s at --ctx %d, "
-                           "activations and scratch %s, CUDA context %s) but the budget is %s",
-                           H(0, t->minimum), H(1, slot_each), H(2, t->kv_cache), t->n_ctx, H(3, t->activations),
-                           H(4, t->cuda_context), H(5, t->budget));
+                           "needs at least %s of device memory (2 layers in flight %s each, %s KV cache %s at --ctx "
+                           "%d, activations and scratch %s, CUDA context %s) but the budget is %s",
+                           H(0, t->minimum), H(1, slot_each), engine_kv_type_name(t->kv_type), H(2, t->kv_cache),
+                           t->n_ctx, H(3, t->activations), H(4, t->cuda_context), H(5, t->budget));
         const engine_plan_option *o = suggest(p, false);
         if (len > 0 && (size_t)len < n && t->max_ctx_that_fits > 0)
             len += snprintf(s + len, n - (size_t)len, "; it fits with --ctx %d", t->max_ctx_that_fits);
@@ -374,12 +547,16 @@ static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slo
         if (len > 0 && (size_t)len < n && !o && t->max_ctx_that_fits == 0)
             len += snprintf(s + len, n - (size_t)len, "; no shorter context or quantized format makes it fit");
         if (len > 0 && (size_t)len < n && !o && nf4)
-            snprintf(s + len, n - (size_t)len, " (--quant nf4 needs at least %s)", H(7, nf4->minimum));
+            len += snprintf(s + len, n - (size_t)len, " (--quant nf4 needs at least %s)", H(7, nf4->minimum));
+        if (len > 0 && (size_t)len < n)
+            ctx_clause(t, f32_model, s + len, n - (size_t)len);
         return;
     }
     if (chosen->k == 0 && !chosen->emb_host && !chosen->head_streamed) {
-        snprintf(s, n, "all resident: %s of the %s budget, %s free; decode bound %.1f tok/s", H(0, t->device_total),
-                 H(1, t->budget), H(2, t->free_bytes), t->tokens_per_second);
+        const int len = snprintf(s, n, "all resident: %s of the %s budget, %s free; decode bound %.1f tok/s",
+                                 H(0, t->device_total), H(1, t->budget), H(2, t->free_bytes), t->tokens_per_second);
+        if (len > 0 && (size_t)len < n)
+            kv_clause(p, s + len, n - (size_t)len);
         return;
     }
     char hosted[96] = "";
@@ -393,8 +570,10 @@ static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slo
                        t->tokens_per_second, t->resident_tokens_per_second, H(1, t->all_resident));
     const engine_plan_option *o = suggest(p, true);
     if (o && len > 0 && (size_t)len < n)
-        snprintf(s + len, n - (size_t)len, "; --quant %s would keep it all resident (%s, decode bound %.1f tok/s)",
-                 o->name, H(2, o->all_resident), o->tokens_per_second);
+        len += snprintf(s + len, n - (size_t)len, "; --quant %s would keep it all resident (%s, decode bound %.1f tok/s)",
+                        o->name, H(2, o->all_resident), o->tokens_per_second);
+    if (len > 0 && (size_t)len < n)
+        kv_clause(p, s + len, n - (size_t)len);
 }
 
 static bool bad_rate(double v)
@@ -428,7 +607,9 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
         p.pcie_source = ENGINE_FIGURE_GIVEN;
     const char *bad = !m || !out                                          ? "model and out must not be NULL"
                       : p.vram_budget == 0                                ? "vram_budget must be above 0"
-                      : p.n_ctx < 0                                       ? "n_ctx must not be negative"
+                      : p.n_ctx < 0 && p.n_ctx != ENGINE_CTX_MAX          ? "n_ctx must be 0, positive or ENGINE_CTX_MAX"
+                      : (int)p.kv_type < 0 || (int)p.kv_type > ENGINE_KV_FP8 ? "unknown kv_type"
+                      : p.n_batch < 0                                     ? "n_batch must not be negative"
                       : p.min_layers_streamed < 0                         ? "min_layers_streamed must not be negative"
                       : (int)p.quant < 0 || (int)p.quant > ENGINE_QUANT_FP4 ? "unknown quantization"
                       : bad_rate(p.hbm_gbps) || bad_rate(p.pcie_gbps)     ? "bandwidths must be positive"
@@ -443,7 +624,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
         return ENGINE_ERR_INVALID_ARG;
     }
     const cfg_model *c = &m->cfg;
-    const int n_ctx = p.n_ctx > 0 ? p.n_ctx : plan_default_ctx(c);
+    const int n_ctx = plan_resolve_ctx(c, p.n_ctx);
     if (n_ctx <= 0) {
         err_set(&e, ENGINE_ERR_INVALID_ARG, "engine_plan_create: context length %d is not positive", n_ctx);
         err_copy_out(&e, err, err_size);
@@ -467,10 +648,18 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
         return st;
     }
 
-    plan_in in;
-    plan_state chosen, first, last;
-    fill_in(&in, m, &w, &p, n_ctx);
-    decide(&in, &chosen, &first, &last);
+    plan_run run, alt;
+    choose_kv(&run, &alt, m, &w, &p, n_ctx);
+    const plan_in in = run.in;
+    const plan_state chosen = run.chosen, first = run.first, last = run.last;
+    plan->alt_kv = alt.kv;
+    if (alt.kv != ENGINE_KV_AUTO) {
+        plan->alt_k = alt.chosen.k;
+        plan->alt_fits = alt.chosen.fits;
+        plan->alt_emb_host = alt.chosen.emb_host;
+        plan->alt_head_streamed = alt.chosen.head_streamed;
+        plan->alt_full_tps = full_ctx_tps(&alt);
+    }
 
     engine_plan_totals *t = &plan->totals;
     t->budget = p.vram_budget;
@@ -501,6 +690,11 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->pcie_source = p.pcie_source;
     snprintf(t->gpu_name, sizeof t->gpu_name, "%s", p.gpu_name ? p.gpu_name : "");
     t->shared_gbps = p.shared_gbps;
+    t->kv_type = run.kv;
+    t->kv_auto = p.kv_type == ENGINE_KV_AUTO;
+    t->kv_bytes_per_token = plan_kv_token_bytes(c, run.kv);
+    t->full_ctx_tokens_per_second = full_ctx_tps(&run);
+    t->n_batch = batch_of(&p, n_ctx);
 
     /* Rows: the embeddings, the layers, the output head. */
     const uint64_t kv_layer = c->n_layers > 0 ? in.kv / (uint64_t)c->n_layers : 0;
@@ -524,22 +718,16 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
                                              0, chosen.head_streamed ? in.head - in.head_norm : 0};
     uint64_t slot_each = last.slots / 2;
 
-    /* When refused: the longest context whose minimum fits (the minimum grows with n_ctx). */
-    if (!t->fits) {
-        int lo = 0, hi = n_ctx - 1;
-        while (lo < hi) {
-            const int mid = lo + (hi - lo + 1) / 2;
-            plan_in in2;
-            plan_state a, b, z;
-            fill_in(&in2, m, &w, &p, mid);
-            decide(&in2, &a, &b, &z);
-            if (a.fits)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        t->max_ctx_that_fits = lo;
-    }
+    /* The longest context each KV type fits (bf16 has f16's bytes, fp8 int8's); when refused, the planned
+     * type's is below n_ctx. */
+    const int cap = n_ctx > c->max_position ? n_ctx : c->max_position;
+    int *by = t->max_ctx_by_kv;
+    by[ENGINE_KV_F32] = longest_ctx(m, &w, &p, ENGINE_KV_F32, cap);
+    by[ENGINE_KV_F16] = by[ENGINE_KV_BF16] = longest_ctx(m, &w, &p, ENGINE_KV_F16, cap);
+    by[ENGINE_KV_INT8] = by[ENGINE_KV_FP8] = longest_ctx(m, &w, &p, ENGINE_KV_INT8, cap);
+    by[ENGINE_KV_AUTO] = by[ENGINE_KV_INT8]; /* the smallest type reaches furthest */
+    if (!t->fits)
+        t->max_ctx_that_fits = by[run.kv];
     free(w.layer);
 
     /* The other formats, each planned the same way. */
@@ -551,7 +739,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
             break;
         plan_in inq;
         plan_state a, b, z;
-        fill_in(&inq, m, &wq, &p, n_ctx);
+        fill_in(&inq, m, &wq, &p, n_ctx, run.kv); /* under the plan's KV type */
         decide(&inq, &a, &b, &z);
         engine_plan_option *o = &plan->options[plan->n_options++];
         *o = (engine_plan_option){(engine_quant)q, plan_quant_name((engine_quant)q), wq.total, z.device_total,
@@ -563,7 +751,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
         err_copy_out(&e, err, err_size);
         return st;
     }
-    write_summary(plan, &chosen, slot_each);
+    write_summary(plan, &chosen, slot_each, m->tok_emb.dtype == K_F32);
     *out = plan;
     if (!t->fits) {
         err_set(&e, ENGINE_ERR_OVER_BUDGET, "%s", plan->summary);

@@ -86,13 +86,32 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
 /*
  * The KV cache and activation bytes a CUDA session of n_ctx tokens
  * allocates (the activation region without the workspace), as
- * cuda_session_create() does.
+ * cuda_session_create() does with its defaults: the KV type
+ * plan_kv_default(wt) and PLAN_CUDA_BATCH tokens a pass.
  */
 void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_elems, uint64_t *kv,
                         uint64_t *act);
 
+/*
+ * The KV cache's layout, which the backends share: K and V each
+ * [n_layers, n_ctx, n_kv_heads, head_dim] in type t (4, 2 or 1 bytes an
+ * element); INT8 and FP8 add an fp32 scale per (layer, position, kv head)
+ * for K and for V each, [n_layers, n_ctx, n_kv_heads]. No padding between
+ * the parts, so the bytes are exactly n_ctx times the bytes of a token.
+ * t must be resolved (not AUTO).
+ */
+uint64_t plan_kv_token_bytes(const cfg_model *c, engine_kv_type t); /* one token, all layers, K and V */
+uint64_t plan_kv_bytes(const cfg_model *c, engine_kv_type t, int n_ctx);
+
+/* The type AUTO means where everything fits: fp16 (8x less rounding than
+ * bf16 in the same bytes), fp32 for fp32 models (cuda_session_create). */
+engine_kv_type plan_kv_default(k_dtype wt);
+
 /* The context length engine_session_create chooses when given n_ctx 0. */
 int plan_default_ctx(const cfg_model *c);
+
+/* A requested context length resolved: 0 the default, ENGINE_CTX_MAX the model's maximum. */
+int plan_resolve_ctx(const cfg_model *c, int n_ctx);
 
 /* "int8", "nf4", ... for a quantization; "none" for ENGINE_QUANT_NONE. Static storage. */
 const char *plan_quant_name(engine_quant q);

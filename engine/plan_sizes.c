@@ -35,6 +35,11 @@ int plan_default_ctx(const cfg_model *c)
     return c->max_position < 4096 ? c->max_position : 4096; /* engine_session_create's default */
 }
 
+int plan_resolve_ctx(const cfg_model *c, int n_ctx)
+{
+    return n_ctx == ENGINE_CTX_MAX ? c->max_position : n_ctx > 0 ? n_ctx : plan_default_ctx(c);
+}
+
 /* ------------------------------------------------------------ device sizes */
 
 /* A matrix's format on the device: its own when quantized, else q's (as quantize_on_load makes it). */
@@ -240,7 +245,30 @@ void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_
 {
     const int nb = n_ctx < PLAN_CUDA_BATCH ? n_ctx : PLAN_CUDA_BATCH;
     *act = plan_session_layout(c, wt, nb, n_ctx, deq_elems, PLAN_ARGMAX_SCRATCH, NULL, NULL);
-    /* fp16 K and V for 16-bit models, fp32 for fp32 ones (cuda_session_create). */
-    *kv = 2 * (uint64_t)c->n_layers * (uint64_t)n_ctx * ((uint64_t)c->n_kv_heads * c->head_dim) *
-          (wt == K_F32 ? 4 : 2);
+    *kv = plan_kv_bytes(c, plan_kv_default(wt), n_ctx);
+}
+
+/* ---------------------------------------------------------------- KV cache */
+
+engine_kv_type plan_kv_default(k_dtype wt)
+{
+    return wt == K_F32 ? ENGINE_KV_F32 : ENGINE_KV_F16;
+}
+
+uint64_t plan_kv_token_bytes(const cfg_model *c, engine_kv_type t)
+{
+    const uint64_t heads = (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads, hd = (uint64_t)c->head_dim;
+    uint64_t per_head; /* one kv head's row of K (or of V) at one position */
+    switch (t) {
+    case ENGINE_KV_F32: per_head = 4 * hd; break;
+    case ENGINE_KV_INT8:
+    case ENGINE_KV_FP8: per_head = hd + sizeof(float); break; /* a byte an element and the row's scale */
+    default: per_head = 2 * hd; break;                       /* f16, bf16 */
+    }
+    return 2 * heads * per_head;
+}
+
+uint64_t plan_kv_bytes(const cfg_model *c, engine_kv_type t, int n_ctx)
+{
+    return n_ctx > 0 ? (uint64_t)n_ctx * plan_kv_token_bytes(c, t) : 0;
 }

@@ -501,7 +501,8 @@ typedef enum engine_figure_source {
 
 typedef struct engine_plan_params {
     uint64_t vram_budget;        /* device bytes for everything, CUDA context included; must be > 0 */
-    int n_ctx;                   /* context length; 0 = as engine_session_create chooses            */
+    int n_ctx;                   /* context length; 0 = as engine_session_create chooses;
+                                    ENGINE_CTX_MAX = the model's maximum                            */
     engine_quant quant;          /* plan the layers as --quant would make them; NONE = as loaded    */
     uint64_t cuda_context_bytes; /* 0 = ENGINE_PLAN_CUDA_CONTEXT_BYTES                               */
     double hbm_gbps;             /* 0 = ENGINE_PLAN_HBM_GBPS                                         */
@@ -526,6 +527,13 @@ typedef struct engine_plan_params {
     double shared_gbps;               /* host memory read by the copy engine and the CPU together,
                                          GB/s, when hosted layers run beside streamed copies
                                          (engine_host_shared_rate); 0 = not modelled (default)      */
+    engine_kv_type kv_type;           /* the KV cache type to plan; AUTO (default): the default
+                                         type (f16, f32 for f32 models) when everything fits, else
+                                         int8 or streamed weights, whichever decodes faster at
+                                         full context (docs/API.md); any other type is kept         */
+    int n_batch;                      /* prompt tokens a pass the activations are sized for
+                                         (engine_session_params.n_batch); 0 = CUDA's default (512),
+                                         at most n_ctx                                              */
 } engine_plan_params;
 
 /* One row of the plan: the embeddings, each layer in order, the output head. */
@@ -572,6 +580,16 @@ typedef struct engine_plan_totals {
     double shared_gbps;          /* params.shared_gbps: with hosted layers the bound's host side is
                                     the longest of streamed / PCIe, hosted / host rate and
                                     (streamed + hosted) / shared_gbps (0: the first two only)       */
+    engine_kv_type kv_type;      /* the KV cache type planned: params.kv_type, or AUTO's choice     */
+    uint64_t kv_bytes_per_token; /* KV cache bytes one token of context takes, all layers (K and V,
+                                    and the scales of int8 and fp8)                                 */
+    double full_ctx_tokens_per_second; /* decode bound with the cache full: tokens_per_second's
+                                    time plus the whole KV cache read at the HBM rate (0 refused)  */
+    int max_ctx_by_kv[6];        /* the longest context (up to the model's maximum, or n_ctx when
+                                    longer) whose minimum fits the budget, for each KV type, indexed
+                                    by engine_kv_type; [ENGINE_KV_AUTO]: the longest of them        */
+    int n_batch;                 /* prompt tokens a pass the activations were sized for            */
+    int kv_auto;                 /* 1: kv_type is AUTO's choice (params.kv_type was AUTO)           */
 } engine_plan_totals;
 
 /* The same plan with the layers quantized to another format (as --quant would). */

@@ -12,87 +12,13 @@
  */
 #include <math.h>
 
-#include "engine/model.h"
-#include "engine/plan.h"
+#include "test_plan_synth.h"
 #include "test_util.h"
-
-#define MiB ((uint64_t)1 << 20)
-#define GiB ((uint64_t)1 << 30)
-
-static char data_a[1], data_b[1]; /* distinct addresses: tied means lm_head.data == tok_emb.data */
-
-typedef struct shape {
-    int dim, n_layers, n_heads, n_kv, head_dim, ffn, vocab, max_pos;
-    bool tied;
-    k_dtype dt;
-} shape;
-
-static const shape LLAMA_1B = {2048, 16, 32, 8, 64, 8192, 128256, 131072, true, K_BF16};
-static const shape LLAMA_8B = {4096, 32, 32, 8, 128, 14336, 128256, 131072, false, K_BF16};
-static const shape TINY = {64, 5, 8, 4, 8, 172, 512, 512, false, K_F32};
-static const shape SMALL = {512, 8, 8, 8, 64, 2048, 32000, 2048, false, K_F32}; /* 16 MiB layers */
-
-static k_weight W(k_dtype t, int rows, int cols)
-{
-    return (k_weight){data_a, t, rows, cols};
-}
-
-/* An engine_model with s's config and weight views pointing at nothing readable (the planner reads shapes only). */
-static engine_model *synth(const shape *s)
-{
-    engine_model *m = calloc(1, sizeof *m);
-    m->layers = calloc((size_t)s->n_layers, sizeof *m->layers);
-    cfg_model *c = &m->cfg;
-    c->dim = s->dim, c->n_layers = s->n_layers, c->n_heads = s->n_heads, c->n_kv_heads = s->n_kv;
-    c->head_dim = s->head_dim, c->ffn_dim = s->ffn, c->vocab_size = s->vocab, c->max_position = s->max_pos;
-    const int qd = s->n_heads * s->head_dim, kvd = s->n_kv * s->head_dim;
-    m->tok_emb = W(s->dt, s->vocab, s->dim);
-    m->lm_head = m->tok_emb;
-    if (!s->tied)
-        m->lm_head.data = data_b;
-    m->out_norm = W(s->dt, 1, s->dim);
-    for (int l = 0; l < s->n_layers; l++) {
-        layer_weights *L = &m->layers[l];
-        L->attn_norm = W(s->dt, 1, s->dim), L->ffn_norm = W(s->dt, 1, s->dim);
-        L->wq = W(s->dt, qd, s->dim), L->wk = W(s->dt, kvd, s->dim), L->wv = W(s->dt, kvd, s->dim);
-        L->wo = W(s->dt, s->dim, qd);
-        L->w_gate = W(s->dt, s->ffn, s->dim), L->w_up = W(s->dt, s->ffn, s->dim), L->w_down = W(s->dt, s->dim, s->ffn);
-    }
-    return m;
-}
-
-static void synth_free(engine_model *m)
-{
-    free(m->layers);
-    free(m);
-}
-
-static uint64_t ru(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
-
-/* One stacked matrix of n elements in `rows` rows on the device, written out from docs/FORMATS.md and put_mat. */
-static uint64_t dev_mat(engine_quant q, k_dtype dense, uint64_t rows, uint64_t cols)
-{
-    const uint64_t n = rows * cols;
-    switch (q) {
-    case ENGINE_QUANT_INT8: return ru(n, 256) + ru(rows * 4, 256);
-    case ENGINE_QUANT_NF4: return ru(n / 2, 256) + ru(n / 64 * 4, 256) + 256;
-    default: return n * k_dtype_size(dense);
-    }
-}
-
-/* A Llama layer (no biases) in format q: q/k/v and gate/up stacked, two fp32 norms. */
-static uint64_t layer_bytes(const shape *s, engine_quant q)
-{
-    const uint64_t qd = (uint64_t)s->n_heads * s->head_dim, kvd = (uint64_t)s->n_kv * s->head_dim;
-    return dev_mat(q, s->dt, qd + 2 * kvd, s->dim) + dev_mat(q, s->dt, s->dim, qd) +
-           dev_mat(q, s->dt, 2 * (uint64_t)s->ffn, s->dim) + dev_mat(q, s->dt, s->dim, s->ffn) +
-           2 * ru((uint64_t)s->dim * 4, 256);
-}
 
 static engine_plan *plan_of(const engine_model *m, uint64_t budget, int n_ctx, engine_quant q, engine_status *st,
                             char *err, size_t err_size)
 {
-    engine_plan_params p = engine_plan_default_params();
+    engine_plan_params p = placement_params(m);
     p.vram_budget = budget;
     p.n_ctx = n_ctx;
     p.quant = q;
@@ -219,7 +145,7 @@ static void test_streaming_8b(void)
     engine_plan_free(p);
 
     /* A faster link raises the bound of the same placement. */
-    engine_plan_params pp = engine_plan_default_params();
+    engine_plan_params pp = placement_params(m);
     pp.vram_budget = 8 * GiB, pp.n_ctx = 4096, pp.pcie_gbps = 109.4;
     CHECK(engine_plan_create(m, &pp, &p, err, sizeof err) == ENGINE_OK);
     CHECK(engine_plan_get_totals(p)->n_layers_streamed == want &&
@@ -277,7 +203,7 @@ static double ref_step(const engine_plan *p, double hbm, double pcie, double hos
 
 static engine_plan *plan_hosted(const engine_model *m, int host_layers, double host_gbps)
 {
-    engine_plan_params pp = engine_plan_default_params();
+    engine_plan_params pp = placement_params(m);
     pp.vram_budget = 8 * GiB, pp.n_ctx = 4096, pp.host_layers = host_layers, pp.host_gbps = host_gbps;
     engine_plan *p = NULL;
     char err[512];
@@ -348,7 +274,7 @@ static void test_hosted_8b(void)
                                                                  4096 * 2 /* the embedding row */);
     engine_plan_free(all);
     /* Host compute needs a rate. */
-    engine_plan_params pp = engine_plan_default_params();
+    engine_plan_params pp = placement_params(m);
     pp.vram_budget = 8 * GiB, pp.host_layers = -1;
     engine_plan *p = NULL;
     CHECK(engine_plan_create(m, &pp, &p, NULL, 0) == ENGINE_ERR_INVALID_ARG && !p);
@@ -362,7 +288,7 @@ static void test_hosted_8b(void)
 static void test_forced_head(void)
 {
     engine_model *m = synth(&LLAMA_8B);
-    engine_plan_params pp = engine_plan_default_params();
+    engine_plan_params pp = placement_params(m);
     pp.vram_budget = 80 * GiB, pp.n_ctx = 4096, pp.min_layers_streamed = 33;
     engine_plan *p = NULL;
     CHECK(engine_plan_create(m, &pp, &p, NULL, 0) == ENGINE_OK && p);
@@ -510,7 +436,7 @@ static void test_bad_args(void)
     p.vram_budget = GiB;
     CHECK(engine_plan_create(NULL, &p, &plan, err, sizeof err) == ENGINE_ERR_INVALID_ARG && !plan);
     CHECK(engine_plan_create(m, &p, NULL, err, sizeof err) == ENGINE_ERR_INVALID_ARG);
-    p.n_ctx = -1;
+    p.n_ctx = -2; /* -1 is ENGINE_CTX_MAX */
     CHECK(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_ERR_INVALID_ARG && strstr(err, "n_ctx"));
     p.n_ctx = 0, p.quant = (engine_quant)99;
     CHECK(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_ERR_INVALID_ARG && strstr(err, "quant"));
@@ -628,7 +554,7 @@ static void test_named_gpu_8b(void)
 {
     engine_model *m = synth(&LLAMA_8B);
     const engine_gpu_info g = gpu("4060");
-    engine_plan_params pp = engine_plan_default_params();
+    engine_plan_params pp = placement_params(m);
     pp.vram_budget = 8 * GiB - 512 * MiB, pp.n_ctx = 4096;
     pp.hbm_gbps = g.hbm_gbps, pp.pcie_gbps = g.pcie_gbps, pp.gpu_name = g.name;
     pp.hbm_source = pp.pcie_source = ENGINE_FIGURE_TABLE;
@@ -718,7 +644,7 @@ static void test_figure_sources(void)
 static void test_shared_8b(void)
 {
     engine_model *m = synth(&LLAMA_8B);
-    engine_plan_params pp = engine_plan_default_params();
+    engine_plan_params pp = placement_params(m);
     pp.vram_budget = 8 * GiB, pp.n_ctx = 544, pp.host_layers = -1, pp.host_gbps = 77.0, pp.shared_gbps = 100.0;
     engine_plan *p = NULL;
     char err[512];
