@@ -374,7 +374,7 @@ static double full_ctx_tps(const plan_run *r)
     return 1.0 / (1.0 / s->tps + (double)r->in.kv / r->in.hbm);
 }
 
-/* s fits and moves nothing off the device beyond what min_layers_streamed forces (the embedding table counted or not). */
+/* s fits and moves nothing off the device beyond what min_layers_streamed forces (the embeddings counted or not). */
 static bool keeps_resident(const plan_in *in, const plan_state *s, bool count_emb)
 {
     const bool all = in->min_streamed > in->n_layers;
@@ -570,8 +570,9 @@ static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slo
                        t->tokens_per_second, t->resident_tokens_per_second, H(1, t->all_resident));
     const engine_plan_option *o = suggest(p, true);
     if (o && len > 0 && (size_t)len < n)
-        len += snprintf(s + len, n - (size_t)len, "; --quant %s would keep it all resident (%s, decode bound %.1f tok/s)",
-                        o->name, H(2, o->all_resident), o->tokens_per_second);
+        len += snprintf(s + len, n - (size_t)len,
+                        "; --quant %s would keep it all resident (%s, decode bound %.1f tok/s)", o->name,
+                        H(2, o->all_resident), o->tokens_per_second);
     if (len > 0 && (size_t)len < n)
         kv_clause(p, s + len, n - (size_t)len);
 }
@@ -607,7 +608,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
         p.pcie_source = ENGINE_FIGURE_GIVEN;
     const char *bad = !m || !out                                          ? "model and out must not be NULL"
                       : p.vram_budget == 0                                ? "vram_budget must be above 0"
-                      : p.n_ctx < 0 && p.n_ctx != ENGINE_CTX_MAX          ? "n_ctx must be 0, positive or ENGINE_CTX_MAX"
+                      : p.n_ctx < 0 && p.n_ctx != ENGINE_CTX_MAX          ? "n_ctx must be >= 0 or ENGINE_CTX_MAX"
                       : (int)p.kv_type < 0 || (int)p.kv_type > ENGINE_KV_FP8 ? "unknown kv_type"
                       : p.n_batch < 0                                     ? "n_batch must not be negative"
                       : p.min_layers_streamed < 0                         ? "min_layers_streamed must not be negative"

@@ -169,6 +169,53 @@ for bad in 0 -5 abc 1e400 nan inf 12x ''; do
   expect_error "--pcie-bandwidth '$bad'" "bad value .* for --pcie-bandwidth" "$INFER" "$MODEL" --dry-run --vram 8G --pcie-bandwidth "$bad"
 done
 
+# --- the KV cache type, --ctx max and --batch (issue 34) -------------------------------
+# stories260K: 5 layers, 4 kv heads of 8: a token of f32 KV is 2 x 5 x 4 x 8 x 4 = 1280 bytes, of f16/bf16
+# 640, of int8/fp8 2 x 5 x 4 x (8 + 4) = 480 (a byte an element and an fp32 scale a row). max_position is 512.
+"$INFER" "$MODEL" --dry-run --vram 8G --ctx max --json >"$T/plan.json" 2>"$T/err" || fail "--ctx max exited $?: $(cat "$T/err")"
+jq -e '.n_ctx == 512 and .totals.kv_type == "f32" and .totals.kv_auto == true and .totals.kv_bytes_per_token == 1280
+  and .totals.kv_cache == 512 * 1280 and .totals.n_batch == 512
+  and .totals.max_ctx_by_kv == {"f32": 512, "f16": 512, "bf16": 512, "int8": 512, "fp8": 512}
+  and .totals.full_ctx_tokens_per_second > 0 and .totals.full_ctx_tokens_per_second < .totals.tokens_per_second' \
+  "$T/plan.json" >/dev/null || fail "--ctx max --json: $(head -c 900 "$T/plan.json")"
+for kv in f32:1280 f16:640 bf16:640 int8:480 fp8:480; do
+  "$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 --kv "${kv%:*}" --json 2>/dev/null | jq -e --arg t "${kv%:*}" \
+    --argjson b "${kv#*:}" '.totals.kv_type == $t and .totals.kv_auto == false and .totals.kv_bytes_per_token == $b
+      and .totals.kv_cache == 64 * $b and .entries[1].kv_bytes == 64 * $b / 5' >/dev/null || fail "--dry-run --kv $kv"
+done
+"$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 --kv int8 --batch 16 >"$T/out" 2>"$T/err" || fail "--kv int8 --batch exited $?"
+grep -q '^  KV cache  *30.0 KiB  (int8: 6.0 KiB a layer; a token takes 480 B, 96 B a layer)' "$T/out" &&
+  grep -Eq '^  at full context \(64 tokens\): .* and the whole 30.0 KiB KV cache read per token, decode bound [0-9.]+ tok/s' \
+    "$T/out" && grep -q '^  longest context in this budget: 512 tokens with f32 KV, 512 with f16 or bf16, 512 with int8' \
+    "$T/out" && grep -q 'int8 KV cache, decode bound .* with all 64 tokens in it' "$T/out" ||
+  fail "--dry-run --kv int8: $(grep -E 'KV|full|longest|^all' "$T/out")"
+grep -q '(f32, chosen by --kv auto:' <("$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 2>/dev/null) || fail "--kv auto not reported"
+"$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 --batch 16 --json 2>/dev/null | jq -e '.totals.n_batch == 16' >/dev/null ||
+  fail "--dry-run --batch 16"
+# Nothing fits at all: the refusal says so for every type.
+expect_error "--dry-run refused, per KV type" "needs at least .*int8 KV cache .*no context fits with any KV type" \
+  "$INFER" "$MODEL" --dry-run --vram 540M
+# Runs: --ctx max is the model's maximum; --batch does not change greedy output; --kv is accepted.
+out=$("$INFER" "$MODEL" --prompt-ids 1,403,407,261,378 -n 30 --ctx max --batch 2 --json --device cpu 2>"$T/err") ||
+  fail "--ctx max --batch 2 exited $?: $(cat "$T/err")"
+[ "$(tail -n 1 <<<"$out" | jq -c '.generated_ids')" = "$want" ] || fail "--ctx max --batch 2 changed the output"
+for kv in int8 fp8 bf16; do
+  "$INFER" "$MODEL" --prompt-ids 1,403 -n 8 --kv $kv --json --device cpu 2>"$T/err" | tail -n 1 |
+    jq -e '.generated_ids | length == 8' >/dev/null || fail "--kv $kv run: $(cat "$T/err")"
+done
+for bad in q8 INT8 '' auto8; do
+  expect_error "--kv '$bad'" "bad value '$bad' for --kv \(auto, f32, f16, bf16, int8 or fp8\)" "$INFER" "$MODEL" --kv "$bad"
+done
+for bad in maxx -1 0 '' 1.5; do
+  expect_error "--ctx '$bad'" "bad value '$bad' for --ctx" "$INFER" "$MODEL" --ctx "$bad"
+done
+for bad in 0 -3 x ''; do
+  expect_error "--batch '$bad'" "bad value '$bad' for --batch" "$INFER" "$MODEL" --batch "$bad"
+done
+# (expect_error appends --device cpu to infer's arguments, which would become the value)
+"$INFER" "$MODEL" --device cpu --kv >/dev/null 2>"$T/err" && fail "--kv without a value exited 0"
+[ "$(cat "$T/err")" = "infer: --kv needs a value (see infer --help)" ] || fail "--kv without a value: $(cat "$T/err")"
+
 # --- bad input: one line on stderr naming the problem, exit 1 or 2, no signal --
 
 # A folder with stories260K's config and tokenizer and a weights file we craft.

@@ -8,6 +8,7 @@
 #     of tokens, and a text run gives a finite perplexity.
 #  3. KL of a model against itself is 0 with top-1 1; int8 against the f32
 #     base equals test_quant_model's figure on the same positions.
+#     --ctx max, --batch (the same perplexity) and --kv (close to the base).
 #  4. Bad input: one line on stderr and a non-zero exit.
 # usage: test_perplexity_cli.sh PERPLEXITY TEST_QUANT_MODEL SOURCE_DIR TEST_DATA
 set -u
@@ -95,6 +96,22 @@ ok = abs(d['kl_mean'] - w) <= 6e-6 and d['kl_mean'] > 0
 print(('ok' if ok else 'FAIL') + ': int8 KL %.7f, test_quant_model %.5f' % (d['kl_mean'], w))
 sys.exit(not ok)" "$q" "${want:-nan}" || fails=$((fails + 1))
 
+# 3b. Issue 34's options: --ctx max is the model's maximum (512 for stories260K); --batch cuts the
+# prompt into passes without changing the scores beyond rounding; --kv runs and stays close to the base.
+LONG=$(python3 -c "s='$SEQ'.split(','); print(','.join((s * 20)[:600]))")
+out=$("$PPL" "$M" --device cpu --ids "$LONG" --ctx max --score-from 500 --json 2>"$T/err") &&
+  python3 -c "import json,math,sys; d=json.loads(sys.argv[1]); sys.exit(not (d['ctx']==512 and d['windows']==1 and d['tokens']==12 and math.isfinite(d['ppl'])))" "$out" ||
+  fail "--ctx max: $out $(cat "$T/err")"
+one=$("$PPL" "$M" --device cpu --ids "$SEQ" --ctx "$N" --score-from 1 --json 2>/dev/null)
+four=$("$PPL" "$M" --device cpu --ids "$SEQ" --ctx "$N" --score-from 1 --batch 4 --json 2>"$T/err") || fail "--batch 4: $(cat "$T/err")"
+python3 -c "import json,sys; a,b=json.loads(sys.argv[1]),json.loads(sys.argv[2]); sys.exit(not abs(a['ppl']-b['ppl'])<=1e-5*a['ppl'])" "$one" "$four" ||
+  fail "--batch 4 changed the perplexity: $one / $four"
+for kv in int8 fp8 bf16 f16; do
+  out=$("$PPL" "$M" --device cpu --kv $kv --ids "$SEQ" --ctx "$N" --score-from 1 --kl-base "$T/base.bin" --json 2>"$T/err") &&
+    python3 -c "import json,math,sys; d=json.loads(sys.argv[1]); sys.exit(not (math.isfinite(d['kl_mean']) and d['kl_mean']>=0 and d['top1']>=0.9))" "$out" ||
+    fail "--kv $kv: $out $(cat "$T/err")"
+done
+
 # 4. Bad input: exactly one line on stderr, exit non-zero.
 bad() { # LABEL ARGS...
   local label=$1; shift
@@ -106,6 +123,10 @@ bad "empty file" "$M" --device cpu --file "$T/empty.txt"
 bad "too short" "$M" --device cpu --file "$T/text.txt" --ctx 512
 bad "missing file" "$M" --device cpu --file "$T/nope.txt"
 bad "no input" "$M" --device cpu
+bad "bad --kv" "$M" --device cpu --ids "$SEQ" --kv q8
+bad "bad --batch" "$M" --device cpu --ids "$SEQ" --batch 0
+bad "bad --ctx" "$M" --device cpu --ids "$SEQ" --ctx maxx
+bad "--ctx max beyond the ids" "$M" --device cpu --ids "$SEQ" --ctx max
 bad "other text" "$M" --device cpu --ids "$(cut -d, -f2- <<<"$SEQ"),5" --ctx "$N" --score-from 1 --kl-base "$T/base.bin"
 bad "other model" "$SRC/tests/data/models/llama_f32" --device cpu --ids "$(cut -d, -f1-40 <<<"$SEQ")" --ctx 40 --score-from 1 --kl-base "$T/base.bin"
 bad "other windows" "$M" --device cpu --ids "$SEQ" --ctx "$N" --score-from 2 --kl-base "$T/base.bin"

@@ -72,7 +72,8 @@ static void test_kv_bytes(void)
                           t->kv_cache == (uint64_t)n_ctx * tok,
                       "shape %zu %s: %llu a token, %llu in all", si, engine_kv_type_name(types[ti]),
                       (unsigned long long)t->kv_bytes_per_token, (unsigned long long)t->kv_cache);
-            CHECK(plan_kv_token_bytes(&m->cfg, types[ti]) == tok && plan_kv_bytes(&m->cfg, types[ti], n_ctx) == n_ctx * tok);
+            CHECK(plan_kv_token_bytes(&m->cfg, types[ti]) == tok &&
+                  plan_kv_bytes(&m->cfg, types[ti], n_ctx) == n_ctx * tok);
             for (int l = 0; l < shapes[si]->n_layers; l++)
                 CHECK(engine_plan_entry_at(p, 1 + (size_t)l)->kv_bytes == (uint64_t)n_ctx * tok / L);
             engine_plan_free(p);
@@ -231,8 +232,10 @@ static void test_auto_shrinks(void)
     CHECK_MSG(fabs(t->full_ctx_tokens_per_second - full8) < 1e-9 * full8, "%.3f vs %.3f", t->full_ctx_tokens_per_second,
               full8);
     char want[160];
-    snprintf(want, sizeof want, "int8 KV cache, decode bound %.1f tok/s with all 32768 tokens in it (chosen over f16 KV, "
-                                "which would stream %d layers: %.1f tok/s)", full8, k16, full16);
+    snprintf(want, sizeof want,
+             "int8 KV cache, decode bound %.1f tok/s with all 32768 tokens in it (chosen over f16 KV, which would "
+             "stream %d layers: %.1f tok/s)",
+             full8, k16, full16);
     CHECK_MSG(strstr(engine_plan_summary(p), want) && !strncmp(engine_plan_summary(p), "all resident", 12),
               "'%s' lacks '%s'", engine_plan_summary(p), want);
     engine_plan_free(p);
@@ -329,7 +332,8 @@ static void test_auto_rule(void)
                         want = ENGINE_KV_F16;
                     const engine_plan_totals *w = want == ENGINE_KV_F16 ? tf : ti;
                     CHECK_MSG(ta->kv_type == want && ta->kv_auto && (sa == ENGINE_OK) == w->fits &&
-                                  ta->device_total == w->device_total && ta->n_layers_streamed == w->n_layers_streamed &&
+                                  ta->device_total == w->device_total &&
+                                  ta->n_layers_streamed == w->n_layers_streamed &&
                                   ta->full_ctx_tokens_per_second == w->full_ctx_tokens_per_second,
                               "shape %zu %s ctx %d %.0f GiB: auto %s, want %s", si, plan_quant_name(quants[qi]), ctx,
                               (double)b / GiB, engine_kv_type_name(ta->kv_type), engine_kv_type_name(want));
@@ -343,7 +347,8 @@ static void test_auto_rule(void)
                 }
         synth_free(m);
     }
-    CHECK_MSG(n_default > 5 && n_int8 > 5 && n_refused > 2, "%d fp16, %d int8, %d refused", n_default, n_int8, n_refused);
+    CHECK_MSG(n_default > 5 && n_int8 > 5 && n_refused > 2, "%d fp16, %d int8, %d refused", n_default, n_int8,
+              n_refused);
 }
 
 /* A fixed type is never changed, however badly it fits. */

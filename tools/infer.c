@@ -43,7 +43,13 @@ static const char USAGE[] =
     "  --repeat-last-n N     window of the penalty (default 64, -1 = whole context)\n"
     "  --seed S              random seed (default: from the clock, printed in the summary)\n"
     "runtime:\n"
-    "  --ctx N               context length in tokens (default min(model maximum, 4096))\n"
+    "  --ctx N|max           context length in tokens (default min(model maximum, 4096));\n"
+    "                        max: the model's maximum (max_position_embeddings)\n"
+    "  --kv TYPE             KV cache type: auto (default), f32, f16, bf16, int8, fp8; auto keeps\n"
+    "                        f16 (f32 for f32 models) where everything fits --vram, else int8 or\n"
+    "                        streamed weights, whichever decodes faster with the context full\n"
+    "  --batch N             most prompt tokens a pass (default CPU 64, CUDA 512): activation\n"
+    "                        memory is sized for N, not for the prompt\n"
     "  --threads N           CPU threads (default: all cores)\n"
     "  --device cpu|cuda|auto  where to run (default auto: the GPU when there is one)\n"
     "  --quant TYPE          quantize the layers' weights while loading (no file written):\n"
@@ -160,7 +166,8 @@ static void plan_bandwidths(engine_plan_params *pp, const engine_model_params *m
 }
 
 /*
- * Plan path under budget mp->vram_budget for n_ctx tokens (0: the default)
+ * Plan path under budget mp->vram_budget for sp's context (0: the default, ENGINE_CTX_MAX: the model's
+ * maximum), KV type (the model's when the session's is AUTO) and batch
  * on a copy of the model that is only mapped (no model on the device,
  * nothing quantized: the planner sizes --quant itself), priced for gpu (a
  * table row) or this machine's device (plan_bandwidths), and print it to
@@ -168,8 +175,8 @@ static void plan_bandwidths(engine_plan_params *pp, const engine_model_params *m
  * on stderr (and the JSON, which says fits: false). Returns 0 when the
  * plan fits, 1 otherwise.
  */
-static int print_plan(const char *path, const engine_model_params *mp, int n_ctx, FILE *out, int json,
-                      const engine_gpu_info *gpu)
+static int print_plan(const char *path, const engine_model_params *mp, const engine_session_params *sp, FILE *out,
+                      int json, const engine_gpu_info *gpu)
 {
     engine_model_params lp = *mp;
     lp.device = ENGINE_DEVICE_CPU;
@@ -181,7 +188,9 @@ static int print_plan(const char *path, const engine_model_params *mp, int n_ctx
         return fail(NULL, err);
     engine_plan_params pp = engine_plan_default_params();
     pp.vram_budget = mp->vram_budget;
-    pp.n_ctx = n_ctx;
+    pp.n_ctx = sp->n_ctx;
+    pp.kv_type = sp->kv_type != ENGINE_KV_AUTO ? sp->kv_type : mp->kv_type;
+    pp.n_batch = sp->n_batch;
     pp.quant = mp->quant;
     pp.min_layers_streamed = mp->min_layers_streamed;
     plan_bandwidths(&pp, mp, gpu);
@@ -258,13 +267,14 @@ static const char *stop_name(engine_stop_reason r)
  * --report once loaded: on a GPU, the plan the model was placed by (with
  * the CUDA context's share as measured); on the CPU, the plan for --vram.
  */
-static void report_loaded(const engine_model *model, const char *path, const engine_model_params *mp, int n_ctx)
+static void report_loaded(const engine_model *model, const char *path, const engine_model_params *mp,
+                          const engine_session_params *sp)
 {
     const engine_plan *plan = engine_model_plan(model);
     if (plan)
         plan_print_text(stderr, plan, path);
     else if (mp->vram_budget)
-        print_plan(path, mp, n_ctx, stderr, 0, NULL);
+        print_plan(path, mp, sp, stderr, 0, NULL);
     else
         fprintf(stderr, "infer: --report: running on the CPU; give --vram SIZE to plan for a GPU\n");
 }
@@ -272,7 +282,7 @@ static void report_loaded(const engine_model *model, const char *path, const eng
 /* The numeric options: name, range, and the field each sets. */
 typedef enum opt_field {
     OPT_N_PREDICT, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
-    OPT_CTX, OPT_THREADS, OPT_STREAM_LAYERS, OPT_HOST_LAYERS
+    OPT_CTX, OPT_THREADS, OPT_STREAM_LAYERS, OPT_HOST_LAYERS, OPT_BATCH
 } opt_field;
 
 typedef struct number_option {
@@ -295,6 +305,7 @@ static const number_option NUMBER_OPTIONS[] = {
     {"--threads", NULL, OPT_THREADS, 'i', 1, 4096},
     {"--stream-layers", NULL, OPT_STREAM_LAYERS, 'i', 0, 1 << 20},
     {"--host-layers", NULL, OPT_HOST_LAYERS, 'i', 0, 1 << 20},
+    {"--batch", NULL, OPT_BATCH, 'i', 1, 1 << 24},
 };
 
 static const number_option *find_number_option(const char *a)
@@ -329,6 +340,7 @@ static int parse_number_option(const number_option *opt, const char *v, engine_m
     case OPT_THREADS: mp->n_threads = (int)l; break;
     case OPT_STREAM_LAYERS: mp->min_layers_streamed = (int)l; break;
     case OPT_HOST_LAYERS: mp->host_layers = (int)l; break;
+    case OPT_BATCH: sp->n_batch = (int)l; break;
     }
     return 0;
 }
@@ -375,6 +387,17 @@ int main(int argc, char **argv)
             *(a[2] == 'm' ? &messages : a[3] == 'y' ? &system : &chat_template) = v;
         } else if (!strcmp(a, "--chat")) {
             chat = 1;
+        } else if (!strcmp(a, "--ctx") && v && !strcmp(v, "max")) {
+            i++;
+            sp.n_ctx = ENGINE_CTX_MAX;
+        } else if (!strcmp(a, "--kv")) {
+            NEED_VALUE();
+            const int t = engine_kv_type_parse(v);
+            if (t < 0) {
+                fprintf(stderr, "infer: bad value '%s' for --kv (auto, f32, f16, bf16, int8 or fp8)\n", v);
+                return 2;
+            }
+            mp.kv_type = sp.kv_type = (engine_kv_type)t;
         } else if ((opt = find_number_option(a)) != NULL) {
             NEED_VALUE();
             if (parse_number_option(opt, v, &mp, &sp, &gp))
@@ -469,9 +492,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (dry_run)
-        return print_plan(model_path, &mp, sp.n_ctx, stdout, json, gpu_arg ? &gpu : NULL);
+        return print_plan(model_path, &mp, &sp, stdout, json, gpu_arg ? &gpu : NULL);
     /* With a budget a refusal stops before anything is loaded on the device. */
-    if (report && mp.vram_budget && print_plan(model_path, &mp, sp.n_ctx, NULL, 0, NULL))
+    if (report && mp.vram_budget && print_plan(model_path, &mp, &sp, NULL, 0, NULL))
         return 1;
 
     char err[512] = "";
@@ -488,6 +511,8 @@ int main(int argc, char **argv)
     }
     engine_model_info info;
     engine_model_get_info(model, &info);
+    if (sp.n_ctx == ENGINE_CTX_MAX) /* --ctx max: known now that the config is read */
+        sp.n_ctx = info.max_context;
     const engine_tokenizer *tok = engine_model_tokenizer(model);
 
     size_t n_prompt = 0;
@@ -565,7 +590,7 @@ int main(int argc, char **argv)
         goto done;
     }
     if (report)
-        report_loaded(model, model_path, &mp, sp.n_ctx);
+        report_loaded(model, model_path, &mp, &sp);
     if (n_prompt > (size_t)engine_session_n_ctx(sess)) {
         fprintf(stderr, "infer: the prompt has %zu tokens but the context holds %d (raise --ctx)\n", n_prompt,
                 engine_session_n_ctx(sess));

@@ -31,14 +31,15 @@ static const char MAGIC[8] = {'E', 'N', 'G', 'P', 'P', 'L', 'L', 'P'};
 
 static const char *USAGE =
     "usage: perplexity MODEL (--file TEXT | --ids 1,2,3) [options]\n"
-    "  --ctx N               tokens per window (default 512)\n"
+    "  --ctx N|max           tokens per window (default 512; max: the model's maximum)\n"
     "  --score-from K        score each window from position K on (default ctx/2; with --stride,\n"
     "                        ctx - stride)\n"
     "  --stride S            start a window every S tokens (default ctx: no overlap)\n"
     "  --json                print the figures as one JSON object\n"
     "  --save-logits FILE    write the scored positions' log-probabilities (docs/FORMATS.md)\n"
     "  --kl-base FILE        compare against a --save-logits file of the same text and windows\n"
-    "  --device cpu|cuda|auto, --quant TYPE, --quant-head TYPE, --vram SIZE, --threads N: as for infer\n";
+    "  --device cpu|cuda|auto, --quant TYPE, --quant-head TYPE, --vram SIZE, --threads N,\n"
+    "  --kv auto|f32|f16|bf16|int8|fp8, --batch N: as for infer\n";
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int fail(const char *fmt, ...)
@@ -312,6 +313,18 @@ static double pct(const double *v, size_t n, double q)
     return v[k ? k - 1 : 0];
 }
 
+/* Stride and first scored position from their defaults for windows of ctx tokens; nonzero, said, when they clash. */
+static int window_defaults(long ctx, long *stride, long *score_from)
+{
+    if (!*stride)
+        *stride = ctx;
+    if (*score_from < 0)
+        *score_from = *stride < ctx ? ctx - *stride : ctx / 2;
+    if (*score_from >= ctx)
+        return fail("--score-from %ld must be below --ctx %ld", *score_from, ctx);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -320,8 +333,9 @@ int main(int argc, char **argv)
     }
     const char *model_path = argv[1], *file = NULL, *ids_arg = NULL, *save_path = NULL, *base_path = NULL;
     long ctx = 512, score_from = -1, stride = 0;
-    int json = 0;
+    int json = 0, ctx_max = 0, kv_t;
     engine_model_params mp = engine_model_default_params();
+    engine_session_params sp = engine_session_default_params();
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l;
@@ -340,8 +354,16 @@ int main(int argc, char **argv)
             save_path = v;
         else if (!strcmp(a, "--kl-base"))
             base_path = v;
+        else if (!strcmp(a, "--ctx") && !strcmp(v, "max"))
+            ctx_max = 1;
         else if (!strcmp(a, "--ctx") && !cli_parse_long(v, 2, 1 << 20, &ctx))
-            ;
+            ctx_max = 0;
+        else if (!strcmp(a, "--kv") && (kv_t = engine_kv_type_parse(v)) >= 0)
+            mp.kv_type = sp.kv_type = (engine_kv_type)kv_t;
+        else if (!strcmp(a, "--kv"))
+            return fail("bad value '%s' for --kv (auto, f32, f16, bf16, int8 or fp8)", v);
+        else if (!strcmp(a, "--batch") && !cli_parse_long(v, 1, 1 << 24, &l))
+            sp.n_batch = (int)l;
         else if (!strcmp(a, "--score-from") && !cli_parse_long(v, 1, 1 << 20, &score_from))
             ;
         else if (!strcmp(a, "--stride") && !cli_parse_long(v, 1, 1 << 20, &stride))
@@ -361,15 +383,12 @@ int main(int argc, char **argv)
     }
     if (!file == !ids_arg)
         return fail("give the text to score with --file TEXT, or ids with --ids LIST (one of them)");
-    if (!stride)
-        stride = ctx;
-    if (score_from < 0)
-        score_from = stride < ctx ? ctx - stride : ctx / 2;
-    if (score_from >= ctx)
-        return fail("--score-from %ld must be below --ctx %ld", score_from, ctx);
+    if (!ctx_max && window_defaults(ctx, &stride, &score_from))
+        return 1;
 
     char err[512] = "";
     engine_model *model = NULL;
+    mp.n_ctx = ctx_max ? ENGINE_CTX_MAX : (int)ctx; /* a GPU placement leaves room for a window */
     if (engine_model_load(model_path, &mp, &model, err, sizeof err) != ENGINE_OK)
         return fail("%s", err);
     int rc = 1;
@@ -385,6 +404,11 @@ int main(int argc, char **argv)
     engine_model_info info;
     engine_model_get_info(model, &info);
     const int vocab = info.vocab_size;
+    if (ctx_max) { /* --ctx max: known now that the config is read */
+        ctx = info.max_context;
+        if (window_defaults(ctx, &stride, &score_from))
+            goto done;
+    }
     if (file) {
         size_t len = 0;
         if (!(text = cli_read_file(file, &len))) {
@@ -457,7 +481,6 @@ int main(int argc, char **argv)
     }
     st.lp = malloc((size_t)vocab * sizeof *st.lp);
     logprob = malloc(per_window * sizeof *logprob);
-    engine_session_params sp = engine_session_default_params();
     sp.n_ctx = (int)ctx;
     if (!st.lp || !logprob || engine_session_create(model, &sp, &s, err, sizeof err) != ENGINE_OK) {
         fail("%s", st.lp && logprob ? err : "out of memory");

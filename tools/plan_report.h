@@ -46,6 +46,14 @@ static inline const char *report_source_key(engine_figure_source s)
                                                    : s == ENGINE_FIGURE_GIVEN ? "given" : "default";
 }
 
+/* The longest context the budget holds with each KV type (bf16 has f16's bytes, fp8 int8's). */
+static inline void report_longest_ctx(FILE *f, const engine_plan_totals *t)
+{
+    const int *by = t->max_ctx_by_kv;
+    fprintf(f, "  longest context in this budget: %d tokens with f32 KV, %d with f16 or bf16, %d with int8 or fp8\n",
+            by[ENGINE_KV_F32], by[ENGINE_KV_F16], by[ENGINE_KV_INT8]);
+}
+
 static inline void plan_print_text(FILE *f, const engine_plan *plan, const char *model)
 {
     const engine_plan_totals *t = engine_plan_get_totals(plan);
@@ -64,7 +72,12 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
     fprintf(f, "  weights resident   %12s\n", engine_format_bytes(t->weights_resident, a, sizeof a));
     fprintf(f, "  stream buffers     %12s  (streamed weights in host memory: %s)\n",
             engine_format_bytes(t->stream_buffers, a, sizeof a), engine_format_bytes(t->weights_streamed, b, sizeof b));
-    fprintf(f, "  KV cache           %12s\n", engine_format_bytes(t->kv_cache, a, sizeof a));
+    const uint64_t kv_layer = t->n_layers > 0 ? t->kv_cache / (uint64_t)t->n_layers : 0;
+    fprintf(f, "  KV cache           %12s  (%s%s: %s a layer; a token takes %s, %s a layer)\n",
+            engine_format_bytes(t->kv_cache, a, sizeof a), engine_kv_type_name(t->kv_type),
+            t->kv_auto ? ", chosen by --kv auto" : "", engine_format_bytes(kv_layer, b, sizeof b),
+            engine_format_bytes(t->kv_bytes_per_token, c, sizeof c),
+            engine_format_bytes(t->n_layers > 0 ? t->kv_bytes_per_token / (uint64_t)t->n_layers : 0, d, sizeof d));
     fprintf(f, "  activations        %12s  (buffers, scratch, cuBLASLt workspace)\n",
             engine_format_bytes(t->activations, a, sizeof a));
     fprintf(f, "  CUDA context       %12s\n", engine_format_bytes(t->cuda_context, a, sizeof a));
@@ -82,6 +95,12 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
             engine_format_bytes(t->streamed_per_token, a, sizeof a),
             engine_format_bytes(t->read_per_token, b, sizeof b),
             t->tokens_per_second, t->pcie_gbps, t->hbm_gbps, t->resident_tokens_per_second);
+    if (t->fits)
+        fprintf(f, "  at full context (%d tokens): %s of weights and the whole %s KV cache read per token, decode "
+                   "bound %.1f tok/s\n",
+                t->n_ctx, engine_format_bytes(t->read_per_token, a, sizeof a),
+                engine_format_bytes(t->kv_cache, b, sizeof b), t->full_ctx_tokens_per_second);
+    report_longest_ctx(f, t);
     char sa[96], sb[96];
     fprintf(f, "  bandwidths: device memory %.1f GB/s (%s), host to device %.1f GB/s (%s)\n", t->hbm_gbps,
             report_source(t->hbm_source, t->gpu_name, sa, sizeof sa), t->pcie_gbps,
@@ -129,7 +148,9 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             "\"minimum\":%llu,\"all_resident\":%llu,\"read_per_token\":%llu,\"streamed_per_token\":%llu,"
             "\"tokens_per_second\":%.3f,\"resident_tokens_per_second\":%.3f,\"max_ctx_that_fits\":%d,"
             "\"hbm_gbps\":%.2f,\"pcie_gbps\":%.2f,\"host_gbps\":%.2f,\"host_per_token\":%llu,\"hbm_source\":\"%s\","
-            "\"pcie_source\":\"%s\",\"shared_gbps\":%.2f,\"gpu\":",
+            "\"pcie_source\":\"%s\",\"shared_gbps\":%.2f,\"kv_type\":\"%s\",\"kv_auto\":%s,"
+            "\"kv_bytes_per_token\":%llu,\"full_ctx_tokens_per_second\":%.3f,\"n_batch\":%d,"
+            "\"max_ctx_by_kv\":{\"f32\":%d,\"f16\":%d,\"bf16\":%d,\"int8\":%d,\"fp8\":%d},\"gpu\":",
             (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
             (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
             (unsigned long long)t->activations, (unsigned long long)t->cuda_context,
@@ -137,7 +158,11 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             (unsigned long long)t->all_resident, (unsigned long long)t->read_per_token,
             (unsigned long long)t->streamed_per_token, t->tokens_per_second, t->resident_tokens_per_second,
             t->max_ctx_that_fits, t->hbm_gbps, t->pcie_gbps, t->host_gbps, (unsigned long long)t->host_per_token,
-            report_source_key(t->hbm_source), report_source_key(t->pcie_source), t->shared_gbps);
+            report_source_key(t->hbm_source), report_source_key(t->pcie_source), t->shared_gbps,
+            engine_kv_type_name(t->kv_type), t->kv_auto ? "true" : "false", (unsigned long long)t->kv_bytes_per_token,
+            t->full_ctx_tokens_per_second, t->n_batch, t->max_ctx_by_kv[ENGINE_KV_F32],
+            t->max_ctx_by_kv[ENGINE_KV_F16], t->max_ctx_by_kv[ENGINE_KV_BF16], t->max_ctx_by_kv[ENGINE_KV_INT8],
+            t->max_ctx_by_kv[ENGINE_KV_FP8]);
     cli_json_string(f, t->gpu_name, strlen(t->gpu_name));
     fprintf(f, "},\"options\":[");
     for (size_t i = 0; i < engine_plan_n_options(plan); i++) {
