@@ -122,7 +122,7 @@ static void keep_row(size_t i, const float *logits, int n_vocab, double lse, voi
  * CPU's and against their own log-sum-exp.
  */
 static void scoring(const char *name, engine_session *sc, engine_session *sg, const int32_t *seq, int vocab,
-                    double tol)
+                    double tol, double ppl_tol)
 {
     const size_t first = 5;
     double lpc[SEQ], lpg[SEQ], lse[SEQ];
@@ -150,7 +150,7 @@ static void scoring(const char *name, engine_session *sc, engine_session *sg, co
     printf("test_parity_cuda: %-26s scoring: log-prob difference at most %.2e, ppl GPU/CPU %.5f, row check %.1e\n",
            name, worst, ppl_ratio, worst_lse);
     CHECK_MSG(worst <= tol, "%s: scored log-probabilities differ by %.2e (> %.1e)", name, worst, tol);
-    CHECK_MSG(fabs(ppl_ratio - 1.0) <= tol, "%s: perplexity GPU/CPU %.6f", name, ppl_ratio);
+    CHECK_MSG(fabs(ppl_ratio - 1.0) <= ppl_tol, "%s: perplexity GPU/CPU %.6f", name, ppl_ratio);
     CHECK_MSG(worst_lse < 1e-4 * (1.0 + fabs(lse[first])), "%s: GPU rows disagree with their figures by %.2e", name,
               worst_lse);
     free(kg.rows);
@@ -210,8 +210,10 @@ static void parity(const char *name, const char *path, bool fp32, engine_quant q
         CHECK_MSG(rate_b >= (quant ? 0.97 : 0.98), "%s: prefill-path top-1 agreement %.2f%% < %d%%", name,
                   100.0 * rate_b, quant ? 97 : 98);
 
-    /* Scoring: fp32 models as their logits; 16-bit ones through the prefill path's rounding. */
-    scoring(name, sc, sg, seq, vocab, fp32 ? (four_bit ? 2e-2 : 1e-3) : 0.1);
+    /* Scoring: fp32 models as their logits (measured at most 4e-5 on an H100, every capability);
+     * 16-bit ones through the prefill path's rounding of the activations to the weight type: bf16
+     * measured 0.05-0.48 at most and perplexity within 1.1%, fp16 (Turing's conversion) 0.05. */
+    scoring(name, sc, sg, seq, vocab, fp32 ? 1e-3 : 1.0, fp32 ? 1e-4 : 0.02);
 
     /* The whole sequence as one batch ends where the token-by-token run did. */
     engine_session_reset(sg);

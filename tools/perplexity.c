@@ -495,7 +495,8 @@ int main(int argc, char **argv)
         const int32_t *win = ids + w * (size_t)stride;
         engine_session_reset(s);
         st.ids = win;
-        engine_status es = engine_session_score(s, win, (size_t)ctx, (size_t)score_from, logprob, on_row, &st);
+        engine_status es = engine_session_score(s, win, (size_t)ctx, (size_t)score_from, logprob,
+                                                st.save || st.base ? on_row : NULL, &st);
         if (es != ENGINE_OK) {
             fail("scoring window %zu: %s", w, engine_session_last_error(s));
             goto done;
