@@ -137,12 +137,70 @@ void k_rope(const k_ctx *c, float *x, int n, int n_heads, int head_dim, const in
             const float *cos_table, const float *sin_table);
 
 /*
+ * KV cache element types. The values are engine_kv_type's (include/engine.h)
+ * for the concrete types, so the engine passes its setting straight through.
+ */
+typedef enum k_kv_type {
+    K_KV_F32 = 1,
+    K_KV_F16 = 2,
+    K_KV_BF16 = 3,
+    K_KV_INT8 = 4, /* symmetric int8 codes, one fp32 scale per (position, kv head) */
+    K_KV_FP8 = 5   /* e4m3fn codes (finite, max 448), one fp32 scale per (position, kv head) */
+} k_kv_type;
+
+/*
+ * One K or V cache of one layer (or the whole cache, as the engine lays it
+ * out per layer), as views; nothing here is freed through it.
+ *   data    [n_ctx, n_kv_heads, head_dim] elements of `type`: f32, f16 and
+ *           bf16 as IEEE/brain floats, INT8 as int8_t codes, FP8 as e4m3fn
+ *           bytes (sign, 4 exponent bits of bias 7, 3 mantissa bits;
+ *           0x7f/0xff are NaN and never written)
+ *   scales  INT8/FP8: float [n_ctx, n_kv_heads]; NULL for the float types
+ *   value(p, h, i) = decode(data[p, h, i]) * scales[p, h]
+ * A row (one position's one head) is quantized as a whole when it is written
+ * (k_kv_store): amax = max |x| over the row's head_dim values;
+ *   INT8: scale = amax / 127, code = x / scale rounded to nearest even,
+ *         clamped to [-127, 127] (a NaN gives 0)
+ *   FP8:  scale = amax / 448, code = e4m3fn of x / scale rounded to nearest
+ *         even, subnormals included, saturating to +-448 (a NaN gives 0x7f),
+ *         the sign of zero kept
+ * both divisions IEEE fp32 divisions; a row whose scale comes out 0 (all
+ * zeros, or an amax too small to divide) stores scale 0 and codes 0.
+ */
+typedef struct k_kv {
+    void *data;
+    float *scales;
+    k_kv_type type;
+} k_kv;
+
+/* Bytes per cache element: 4, 2, 2, 1, 1; 0 for a value outside k_kv_type. */
+size_t k_kv_elem_size(k_kv_type t);
+/* Whether the type keeps a scale per row (INT8, FP8). */
+static inline int k_kv_has_scales(k_kv_type t)
+{
+    return t == K_KV_INT8 || t == K_KV_FP8;
+}
+
+/*
+ * Store x[n, n_kv_heads, head_dim] as the cache rows of positions
+ * pos0 .. pos0+n-1, quantizing each (position, head) row as k_kv describes.
+ */
+void k_kv_store(const k_ctx *c, const k_kv *kv, const float *x, int n, int pos0, int n_kv_heads, int head_dim);
+
+/* Row `row` (= position * n_kv_heads + head) of the cache decoded to out[head_dim]: the reference decoding. */
+void k_kv_load(const k_kv *kv, size_t row, int head_dim, float *out);
+
+/*
  * Causal attention of n new tokens at positions pos0 .. pos0+n-1 against the
- * cache. q[n, n_heads, head_dim]; k_cache/v_cache [n_ctx, n_kv_heads, head_dim]
+ * cache. q[n, n_heads, head_dim]; k and v [n_ctx, n_kv_heads, head_dim] (any
+ * k_kv_type, decoded element by element as they are read; never expanded)
  * already hold positions 0 .. pos0+n-1; out[n, n_heads, head_dim]. window > 0
  * limits each token to the last `window` positions (itself included).
  * Needs c->scratch_per_thread >= pos0 + n.
  */
+void k_attention_kv(const k_ctx *c, float *out, const float *q, const k_kv *k, const k_kv *v, int n, int pos0,
+                    int n_heads, int n_kv_heads, int head_dim, int window);
+/* k_attention_kv over fp32 caches k_cache/v_cache [n_ctx, n_kv_heads, head_dim]. */
 void k_attention(const k_ctx *c, float *out, const float *q, const float *k_cache, const float *v_cache,
                  int n, int pos0, int n_heads, int n_kv_heads, int head_dim, int window);
 

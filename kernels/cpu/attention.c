@@ -1,54 +1,140 @@
 /* attention.c: causal grouped-query attention of new tokens against the KV
- * cache. One (token, head) pair per work item; scores live in the calling
- * thread's slice of the session scratch, so nothing is allocated here. */
+ * cache, in any of its types. One (token, head) pair per work item; scores
+ * live in the calling thread's slice of the session scratch, and a row of a
+ * non-f32 cache is decoded a chunk at a time into the stack, so nothing is
+ * allocated here and the cache is never expanded. */
 #include <math.h>
 #include <omp.h>
 
 #include "../kernels.h"
+#include "kv.h"
 
-void k_attention(const k_ctx *c, float *out, const float *q, const float *k_cache, const float *v_cache,
-                 int n, int pos0, int n_heads, int n_kv_heads, int head_dim, int window)
+/* Elements of a row decoded at a time: a typical head in one go, within a
+ * small stack buffer whatever head_dim is. */
+#define KV_CHUNK 128
+
+/* Positions a work item attends to, and where its query and output rows are. */
+typedef struct item {
+    int first, pos;     /* positions first .. pos                  */
+    size_t kvh;         /* the kv head its query head reads        */
+    const float *q;     /* [head_dim]                              */
+    float *o;           /* [head_dim]                              */
+    float *score;       /* this thread's scratch, indexed by position */
+} item;
+
+static inline item item_of(const k_ctx *c, float *out, const float *q, int it, int pos0, int n_heads,
+                           int n_kv_heads, int head_dim, int window)
 {
-    const int group = n_heads / n_kv_heads;
-    const size_t kv_stride = (size_t)n_kv_heads * head_dim; /* one position */
-    const float scale = 1.0f / sqrtf((float)head_dim);
-    const int items = n * n_heads;
+    const int t = it / n_heads, h = it % n_heads;
+    item r;
+    r.pos = pos0 + t;
+    r.first = (window > 0 && r.pos + 1 > window) ? r.pos + 1 - window : 0;
+    r.kvh = (size_t)(h / (n_heads / n_kv_heads));
+    r.q = q + ((size_t)t * n_heads + h) * head_dim;
+    r.o = out + ((size_t)t * n_heads + h) * head_dim;
+    r.score = c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
+    return r;
+}
 
+/* score[first..pos] = softmax of the scores whose largest is mx; returns nothing, normalises in place. */
+static inline void softmax(float *score, int first, int pos, float mx)
+{
+    double sum = 0.0;
+    for (int p = first; p <= pos; p++) {
+        score[p] = expf(score[p] - mx);
+        sum += score[p];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int p = first; p <= pos; p++)
+        score[p] *= inv;
+}
+
+/* The fp32 cache: rows read in place. */
+static void attend_f32(const item *r, const float *kc, const float *vc, size_t kv_stride, int hd, float scale)
+{
+    const float *q = r->q;
+    float *o = r->o, *score = r->score;
+    float mx = -INFINITY;
+    for (int p = r->first; p <= r->pos; p++) {
+        const float *kv = kc + (size_t)p * kv_stride + r->kvh * hd;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < hd; i++)
+            s += q[i] * kv[i];
+        s *= scale;
+        score[p] = s;
+        mx = s > mx ? s : mx;
+    }
+    softmax(score, r->first, r->pos, mx);
+    for (int i = 0; i < hd; i++)
+        o[i] = 0.0f;
+    for (int p = r->first; p <= r->pos; p++) {
+        const float *vv = vc + (size_t)p * kv_stride + r->kvh * hd;
+        const float w = score[p];
+#pragma omp simd
+        for (int i = 0; i < hd; i++)
+            o[i] += w * vv[i];
+    }
+}
+
+/* Any cache type: each row decoded into the stack a chunk at a time, its scale applied once per row. */
+static void attend_any(const item *r, const k_kv *k, const k_kv *v, int n_kv_heads, int hd, float scale)
+{
+    const int ks = k_kv_has_scales(k->type), vs = k_kv_has_scales(v->type);
+    const float *q = r->q; /* locals, not r->...: the vectorizer will not hoist a load through r */
+    float *o = r->o, *score = r->score;
+    float buf[KV_CHUNK];
+    float mx = -INFINITY;
+    for (int p = r->first; p <= r->pos; p++) {
+        const size_t row = (size_t)p * n_kv_heads + r->kvh;
+        float s = 0.0f;
+        for (int i0 = 0; i0 < hd; i0 += KV_CHUNK) {
+            const int m = hd - i0 < KV_CHUNK ? hd - i0 : KV_CHUNK;
+            kv_decode(k, row * hd + i0, m, buf);
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < m; i++)
+                s += q[i0 + i] * buf[i];
+        }
+        s *= ks ? scale * k->scales[row] : scale;
+        score[p] = s;
+        mx = s > mx ? s : mx;
+    }
+    softmax(score, r->first, r->pos, mx);
+    for (int i = 0; i < hd; i++)
+        o[i] = 0.0f;
+    for (int p = r->first; p <= r->pos; p++) {
+        const size_t row = (size_t)p * n_kv_heads + r->kvh;
+        const float w = vs ? score[p] * v->scales[row] : score[p];
+        for (int i0 = 0; i0 < hd; i0 += KV_CHUNK) {
+            const int m = hd - i0 < KV_CHUNK ? hd - i0 : KV_CHUNK;
+            kv_decode(v, row * hd + i0, m, buf);
+#pragma omp simd
+            for (int i = 0; i < m; i++)
+                o[i0 + i] += w * buf[i];
+        }
+    }
+}
+
+void k_attention_kv(const k_ctx *c, float *out, const float *q, const k_kv *k, const k_kv *v, int n, int pos0,
+                    int n_heads, int n_kv_heads, int head_dim, int window)
+{
+    const int items = n * n_heads;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const int f32 = k->type == K_KV_F32 && v->type == K_KV_F32;
 #pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1) \
     if ((double)items * (pos0 + n) * head_dim >= K_PARALLEL_MIN_WORK)
     for (int it = 0; it < items; it++) {
-        const int t = it / n_heads, h = it % n_heads, kvh = h / group;
-        const int pos = pos0 + t;
-        const int first = (window > 0 && pos + 1 > window) ? pos + 1 - window : 0;
-        float *score = c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
-        const float *qv = q + ((size_t)t * n_heads + h) * head_dim;
-        float mx = -INFINITY;
-        for (int p = first; p <= pos; p++) {
-            const float *kv = k_cache + (size_t)p * kv_stride + (size_t)kvh * head_dim;
-            float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-            for (int i = 0; i < head_dim; i++)
-                s += qv[i] * kv[i];
-            s *= scale;
-            score[p] = s;
-            if (s > mx)
-                mx = s;
-        }
-        double sum = 0.0;
-        for (int p = first; p <= pos; p++) {
-            score[p] = expf(score[p] - mx);
-            sum += score[p];
-        }
-        const float inv = (float)(1.0 / sum);
-        float *o = out + ((size_t)t * n_heads + h) * head_dim;
-        for (int i = 0; i < head_dim; i++)
-            o[i] = 0.0f;
-        for (int p = first; p <= pos; p++) {
-            const float *vv = v_cache + (size_t)p * kv_stride + (size_t)kvh * head_dim;
-            const float w = score[p] * inv;
-#pragma omp simd
-            for (int i = 0; i < head_dim; i++)
-                o[i] += w * vv[i];
-        }
+        const item r = item_of(c, out, q, it, pos0, n_heads, n_kv_heads, head_dim, window);
+        if (f32)
+            attend_f32(&r, k->data, v->data, (size_t)n_kv_heads * head_dim, head_dim, scale);
+        else
+            attend_any(&r, k, v, n_kv_heads, head_dim, scale);
     }
+}
+
+void k_attention(const k_ctx *c, float *out, const float *q, const float *k_cache, const float *v_cache, int n,
+                 int pos0, int n_heads, int n_kv_heads, int head_dim, int window)
+{
+    const k_kv k = {(void *)k_cache, NULL, K_KV_F32}, v = {(void *)v_cache, NULL, K_KV_F32};
+    k_attention_kv(c, out, q, &k, &v, n, pos0, n_heads, n_kv_heads, head_dim, window);
 }
