@@ -91,9 +91,16 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
     const int kvd = nkv * hd;
     const float eps = (float)c->rms_eps;
     const layer_weights *L = &m->layers[l];
-    /* k and v are written straight into this layer's cache rows. */
-    float *kl = s->k_cache + ((size_t)l * s->n_ctx + pos0) * kvd;
-    float *vl = s->v_cache + ((size_t)l * s->n_ctx + pos0) * kvd;
+    const k_kv_type kt = (k_kv_type)s->kv_type;
+    /* This layer's caches. */
+    const size_t rows = (size_t)l * s->n_ctx * nkv, esize = k_kv_elem_size(kt);
+    const k_kv kv_k = {(char *)s->k_cache + rows * hd * esize, s->k_scales ? s->k_scales + rows : NULL, kt};
+    const k_kv kv_v = {(char *)s->v_cache + rows * hd * esize, s->v_scales ? s->v_scales + rows : NULL, kt};
+    /* An fp32 cache takes k and v straight into its rows; another type
+     * takes them from k_new/v_new once they are final (k normed and
+     * rotated), each row quantized as a whole. */
+    float *kl = kt == K_KV_F32 ? (float *)kv_k.data + (size_t)pos0 * kvd : s->k_new;
+    float *vl = kt == K_KV_F32 ? (float *)kv_v.data + (size_t)pos0 * kvd : s->v_new;
 
     cpu_layer_qkv(m, kc, l, n, s->x, s->xb, s->q, kl, vl, true);
     if (L->q_norm.data) {
@@ -102,9 +109,12 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
     }
     k_rope(kc, s->q, n, nh, hd, s->pos, s->rope_cos, s->rope_sin);
     k_rope(kc, kl, n, nkv, hd, s->pos, s->rope_cos, s->rope_sin);
+    if (kt != K_KV_F32) {
+        k_kv_store(kc, &kv_k, kl, n, pos0, nkv, hd);
+        k_kv_store(kc, &kv_v, vl, n, pos0, nkv, hd);
+    }
     const int window = m->arch->sliding_window && l >= c->sliding_from_layer ? c->sliding_window : 0;
-    k_attention(kc, s->att, s->q, s->k_cache + (size_t)l * s->n_ctx * kvd, s->v_cache + (size_t)l * s->n_ctx * kvd,
-                n, pos0, nh, nkv, hd, window);
+    k_attention_kv(kc, s->att, s->q, &kv_k, &kv_v, n, pos0, nh, nkv, hd, window);
     cpu_layer_out(m, kc, l, n, s->x, s->att, s->xb, s->hb, s->hb2);
 }
 

@@ -272,6 +272,13 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
         return ENGINE_ERR_INVALID_ARG;
     }
     engine_model_params p = params ? *params : engine_model_default_params();
+    if (!engine_kv_type_name(p.kv_type) || (p.n_ctx < 0 && p.n_ctx != ENGINE_CTX_MAX)) {
+        err_set(&e, ENGINE_ERR_INVALID_ARG, "%s: %s %d is not valid", path,
+                engine_kv_type_name(p.kv_type) ? "context length" : "KV cache type",
+                engine_kv_type_name(p.kv_type) ? p.n_ctx : (int)p.kv_type);
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_INVALID_ARG;
+    }
     char why[256] = "this build of libengine has no CUDA backend";
     bool have_gpu = false;
 #ifdef ENGINE_HAVE_CUDA
@@ -293,6 +300,7 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->log_user = p.log_user;
     m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
     m->plan_ctx = p.n_ctx > 0 ? p.n_ctx : 0;
+    m->kv_type = p.kv_type;
     m->min_streamed = p.min_layers_streamed > 0 ? p.min_layers_streamed : 0;
     m->host_layers = p.host_layers;
     m->hbm_gbps = p.hbm_gbps;

@@ -80,6 +80,7 @@ struct engine_model {
     int n_eos;
     int n_threads;
     int plan_ctx;              /* CUDA: context the placement plans for (0: default) */
+    engine_kv_type kv_type;    /* engine_model_params.kv_type: sessions' default (AUTO: the backend's) */
     int min_streamed;          /* CUDA: layers streamed at least          */
     int host_layers;           /* CUDA: -1 auto, 0 none, N at most N computed on the CPU */
     double hbm_gbps, pcie_gbps; /* CUDA: bandwidths to plan with, GB/s; 0: measured (cuda/measure.c) */
@@ -99,14 +100,20 @@ struct engine_session {
     engine_model *model;
     struct cuda_session *cuda; /* device buffers; NULL on the CPU        */
     int n_ctx;                 /* tokens the KV cache holds               */
+    engine_kv_type kv_type;    /* the cache's element type (CUDA: resolved from AUTO at creation) */
     int n_batch;               /* most tokens evaluated in one pass       */
     int n_past;                /* tokens already in the cache             */
     k_ctx kc;                  /* threads and scratch for the kernels     */
     void *block;               /* the one allocation everything below lives in */
     uint64_t block_bytes;
-    uint64_t kv_bytes;
-    float *k_cache;            /* [n_layers, n_ctx, n_kv_heads*head_dim]  */
-    float *v_cache;            /* [n_layers, n_ctx, n_kv_heads*head_dim]  */
+    uint64_t kv_bytes;         /* K and V, their scales included          */
+    /* The CPU's caches, each layer's part a k_kv (kernels.h) of kv_type: */
+    void *k_cache;             /* [n_layers, n_ctx, n_kv_heads, head_dim] */
+    void *v_cache;             /* [n_layers, n_ctx, n_kv_heads, head_dim] */
+    float *k_scales;           /* INT8/FP8: [n_layers, n_ctx, n_kv_heads]; else NULL */
+    float *v_scales;           /* INT8/FP8: [n_layers, n_ctx, n_kv_heads]; else NULL */
+    float *k_new;              /* not F32: [n_batch, n_kv_heads*head_dim] a pass's k before it is stored; else NULL */
+    float *v_new;              /* not F32: [n_batch, n_kv_heads*head_dim] likewise v */
     float *x;                  /* [n_batch, dim] residual stream          */
     float *xb;                 /* [n_batch, dim]                          */
     float *q;                  /* [n_batch, n_heads*head_dim]             */

@@ -15,7 +15,7 @@
 #include "cuda/backend.h"
 #endif
 
-#define BATCH_MAX 64       /* tokens per CPU forward pass while reading a prompt */
+#define BATCH_MAX 64       /* default tokens per CPU forward pass while reading a prompt */
 #define ALIGN 64
 
 engine_session_params engine_session_default_params(void)
@@ -24,6 +24,12 @@ engine_session_params engine_session_default_params(void)
     memset(&p, 0, sizeof p);
     return p;
 }
+
+/* The engine's KV types are the kernels' (kernels.h says so; this keeps it true). */
+_Static_assert((int)K_KV_F32 == (int)ENGINE_KV_F32 && (int)K_KV_F16 == (int)ENGINE_KV_F16 &&
+                   (int)K_KV_BF16 == (int)ENGINE_KV_BF16 && (int)K_KV_INT8 == (int)ENGINE_KV_INT8 &&
+                   (int)K_KV_FP8 == (int)ENGINE_KV_FP8,
+               "k_kv_type and engine_kv_type differ");
 
 static size_t layout(engine_session *s, char *base)
 {
@@ -36,9 +42,19 @@ static size_t layout(engine_session *s, char *base)
     s->tokens = carve(base, &off, ctx * sizeof(int32_t), ALIGN);
     if (s->model->device != ENGINE_DEVICE_CPU)
         return off; /* the rest lives on the device */
-    s->k_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float), ALIGN);
-    s->v_cache = carve(base, &off, (size_t)c->n_layers * ctx * kvd * sizeof(float), ALIGN);
-    s->kv_bytes = 2 * (uint64_t)c->n_layers * ctx * kvd * sizeof(float);
+    /* K, V, then (INT8, FP8) K's scales and V's: the CUDA session's order. */
+    const k_kv_type kt = (k_kv_type)s->kv_type;
+    const uint64_t one = (uint64_t)c->n_layers * ctx * kvd * k_kv_elem_size(kt);
+    const uint64_t scales = k_kv_has_scales(kt) ? (uint64_t)c->n_layers * ctx * c->n_kv_heads * sizeof(float) : 0;
+    s->k_cache = carve(base, &off, one, ALIGN);
+    s->v_cache = carve(base, &off, one, ALIGN);
+    s->k_scales = scales ? carve(base, &off, scales, ALIGN) : NULL;
+    s->v_scales = scales ? carve(base, &off, scales, ALIGN) : NULL;
+    s->kv_bytes = 2 * (one + scales);
+    /* fp32 k and v go straight into an fp32 cache; other types are stored
+     * from these once the pass has normed and rotated them. */
+    s->k_new = kt != K_KV_F32 ? carve(base, &off, nb * kvd * sizeof(float), ALIGN) : NULL;
+    s->v_new = kt != K_KV_F32 ? carve(base, &off, nb * kvd * sizeof(float), ALIGN) : NULL;
     s->x = carve(base, &off, nb * c->dim * sizeof(float), ALIGN);
     s->xb = carve(base, &off, nb * c->dim * sizeof(float), ALIGN);
     s->q = carve(base, &off, nb * qd * sizeof(float), ALIGN);
@@ -66,9 +82,21 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
     }
     engine_session_params p = params ? *params : engine_session_default_params();
     const cfg_model *c = &m->cfg;
-    int n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->max_position < 4096 ? c->max_position : 4096);
-    if (p.n_ctx < 0 || n_ctx <= 0) {
-        err_set(&e, ENGINE_ERR_INVALID_ARG, "context length %d is not positive", p.n_ctx);
+    int n_ctx = p.n_ctx > 0 ? p.n_ctx
+                : p.n_ctx == ENGINE_CTX_MAX ? c->max_position
+                : (c->max_position < 4096 ? c->max_position : 4096);
+    if ((p.n_ctx < 0 && p.n_ctx != ENGINE_CTX_MAX) || n_ctx <= 0) {
+        err_set(&e, ENGINE_ERR_INVALID_ARG, "context length %d is not positive (nor ENGINE_CTX_MAX)", p.n_ctx);
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_INVALID_ARG;
+    }
+    if (!engine_kv_type_name(p.kv_type)) {
+        err_set(&e, ENGINE_ERR_INVALID_ARG, "KV cache type %d is not an engine_kv_type", (int)p.kv_type);
+        err_copy_out(&e, err, err_size);
+        return ENGINE_ERR_INVALID_ARG;
+    }
+    if (p.n_batch < 0) {
+        err_set(&e, ENGINE_ERR_INVALID_ARG, "batch size %d is negative (0 = the default)", p.n_batch);
         err_copy_out(&e, err, err_size);
         return ENGINE_ERR_INVALID_ARG;
     }
@@ -80,7 +108,13 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
     }
     s->model = m;
     s->n_ctx = n_ctx;
-    s->n_batch = n_ctx < BATCH_MAX ? n_ctx : BATCH_MAX;
+    /* The session's type, else the model's; on the CPU AUTO is fp32 (CUDA
+     * resolves it in cuda_session_create, where the placement is known). */
+    s->kv_type = p.kv_type != ENGINE_KV_AUTO ? p.kv_type : m->kv_type;
+    if (m->device == ENGINE_DEVICE_CPU && s->kv_type == ENGINE_KV_AUTO)
+        s->kv_type = ENGINE_KV_F32;
+    const int batch = p.n_batch > 0 ? p.n_batch : m->device == ENGINE_DEVICE_CPU ? BATCH_MAX : PLAN_CUDA_BATCH;
+    s->n_batch = n_ctx < batch ? n_ctx : batch;
     s->kc.n_threads = m->n_threads;
     int max_cols = c->dim;
     if (c->n_heads * c->head_dim > max_cols)
@@ -105,7 +139,6 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
         rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
 #ifdef ENGINE_HAVE_CUDA
     if (m->device == ENGINE_DEVICE_CUDA) {
-        s->n_batch = n_ctx < PLAN_CUDA_BATCH ? n_ctx : PLAN_CUDA_BATCH; /* fills the matrix units */
         engine_status st = cuda_session_create(s, &s->cuda, &e);
         if (st) {
             err_copy_out(&e, err, err_size);
@@ -118,8 +151,9 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
         s->kv_bytes = r.kv_cache;
     }
 #endif
-    model_log(m, ENGINE_LOG_INFO, "session: %d tokens of context, %.1f MiB on the %s (KV cache %.1f MiB)", n_ctx,
-              bytes / 1048576.0, m->device == ENGINE_DEVICE_CUDA ? "GPU" : "CPU", s->kv_bytes / 1048576.0);
+    model_log(m, ENGINE_LOG_INFO, "session: %d tokens of context, %.1f MiB on the %s (KV cache %s, %.1f MiB)",
+              n_ctx, bytes / 1048576.0, m->device == ENGINE_DEVICE_CUDA ? "GPU" : "CPU",
+              engine_kv_type_name(s->kv_type) ? engine_kv_type_name(s->kv_type) : "?", s->kv_bytes / 1048576.0);
     *out = s;
     return ENGINE_OK;
 }
