@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode), so
@@ -78,17 +78,20 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--host-layers") && v && !cli_parse_long(v, 0, 1 << 20, &l)) {
             mp.host_layers = (int)l;
             i++;
+        } else if (!strcmp(a, "--kv") && v && engine_kv_type_parse(v) >= 0) {
+            mp.kv_type = (engine_kv_type)engine_kv_type_parse(v);
+            i++;
         } else if (!strcmp(a, "--ids")) {
             show_ids = 1;
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--ids]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--ids]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids]\n");
         return 2;
     }
     char err[512] = "";
@@ -152,9 +155,9 @@ int main(int argc, char **argv)
         const double esize = !strcmp(info.weight_dtype, "f32") ? 4.0 : 2.0;
         const double emb = (double)info.vocab_size * info.dim * esize;
         const double weights = on_gpu ? (double)mem.weights_owned : (double)info.weight_bytes;
-        const double kv_elem = on_gpu ? esize : 4.0;
+        /* The cache's bytes a position (K and V of every layer, with int8/fp8's scales) at the mean depth. */
         const double mean_pos = n_prompt + (n_gen - 1) / 2.0;
-        const double kv_read = 2.0 * info.n_layers * info.n_kv_heads * info.head_dim * kv_elem * mean_pos;
+        const double kv_read = (double)mem.kv_cache / (n_prompt + n_gen) * mean_pos;
         const double per_token = weights - (info.tied_embeddings ? 0.0 : emb) + kv_read;
         const double p = median(pre, reps), d = median(dec, reps);
         printf("{\"model\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"head\":\"%s\",\"params\":%llu,\"prompt\":%d,\"gen\":%d,"

@@ -299,7 +299,7 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->log = p.log;
     m->log_user = p.log_user;
     m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
-    m->plan_ctx = p.n_ctx > 0 ? p.n_ctx : 0;
+    m->plan_ctx = p.n_ctx > 0 || p.n_ctx == ENGINE_CTX_MAX ? p.n_ctx : 0;
     m->kv_type = p.kv_type;
     m->min_streamed = p.min_layers_streamed > 0 ? p.min_layers_streamed : 0;
     m->host_layers = p.host_layers;

@@ -79,7 +79,7 @@ struct engine_model {
     int32_t eos[MODEL_MAX_EOS];
     int n_eos;
     int n_threads;
-    int plan_ctx;              /* CUDA: context the placement plans for (0: default) */
+    int plan_ctx;              /* CUDA: context the placement plans for (0: default, ENGINE_CTX_MAX) */
     engine_kv_type kv_type;    /* engine_model_params.kv_type: sessions' default (AUTO: the backend's) */
     int min_streamed;          /* CUDA: layers streamed at least          */
     int host_layers;           /* CUDA: -1 auto, 0 none, N at most N computed on the CPU */

@@ -107,7 +107,9 @@ int launch_copy_f32(launch_ctx *c, float *y, const float *x, int n);
  *   2. per-head RMSNorm of q and k with q_norm/k_norm [hd] when not NULL;
  *   3. RoPE, rotate-half (pairs i, i + hd/2), from tables cos/sin [n_ctx, hd/2];
  *   4. q written to q_out [n, nh*hd] fp32; k and v written into the cache
- *      rows *pos0 + t of k_cache/v_cache [n_ctx, nkv*hd] (type kvt).
+ *      rows *pos0 + t of k_cache/v_cache [n_ctx, nkv*hd] (type kvt; int8
+ *      and fp8 rows with their scales in k_scale/v_scale [n_ctx, nkv], as
+ *      kernels.h's k_kv describes).
  */
 typedef struct rope_qkv_args {
     unsigned *out_max; /* decode attention: max |out| as float bits, atomically (zero before); or NULL */
@@ -117,7 +119,8 @@ typedef struct rope_qkv_args {
     const float *cos, *sin;
     float *q_out;
     void *k_cache, *v_cache;
-    k_dtype kvt;
+    float *k_scale, *v_scale; /* INT8/FP8 caches: [n_ctx, nkv]; else unused */
+    k_kv_type kvt;
     const int *pos0;
     int n, n_heads, n_kv_heads, head_dim;
     /* Decode attention's portable merge: partial results [n_kv_heads * 16 *
@@ -155,8 +158,8 @@ int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, float *out, i
  * memory. q [n, nh*hd] fp32; out [n, nh*hd] (ot). window as above.
  */
 int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
-                             const void *v_cache, k_dtype kvt, int n, int pos0, int n_heads, int n_kv_heads,
-                             int head_dim, int window);
+                             const void *v_cache, const float *k_scale, const float *v_scale, k_kv_type kvt, int n,
+                             int pos0, int n_heads, int n_kv_heads, int head_dim, int window);
 
 /* h[n, ffn] (ht) = silu(gu[t, j]) * gu[t, ffn + j]; gu [n, 2*ffn] fp32 (gate then up per row). */
 int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, int ffn);

@@ -38,8 +38,13 @@ static int window_of(const engine_model *m, int layer)
 static void *layer_cache(const cuda_session *cs, const engine_session *s, void *cache, int layer)
 {
     const cfg_model *c = &s->model->cfg;
-    const size_t per = (size_t)s->n_ctx * c->n_kv_heads * c->head_dim * k_dtype_size(cs->kvt);
+    const size_t per = (size_t)s->n_ctx * c->n_kv_heads * c->head_dim * k_kv_elem_size(cs->kvt);
     return (char *)cache + (size_t)layer * per;
+}
+
+static float *layer_scales(const engine_session *s, float *scales, int layer)
+{
+    return scales ? scales + (size_t)layer * s->n_ctx * s->model->cfg.n_kv_heads : NULL;
 }
 
 static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int layer, int n)
@@ -50,6 +55,7 @@ static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int la
         .qkv = cs->qkv, .bias = D->b_qkv, .q_norm = D->q_norm, .k_norm = D->k_norm, .eps = (float)c->rms_eps,
         .cos = cs->rope_cos, .sin = cs->rope_sin, .q_out = cs->q,
         .k_cache = layer_cache(cs, s, cs->k_cache, layer), .v_cache = layer_cache(cs, s, cs->v_cache, layer),
+        .k_scale = layer_scales(s, cs->k_scale, layer), .v_scale = layer_scales(s, cs->v_scale, layer),
         .kvt = cs->kvt, .pos0 = cs->step + STEP_POS, .n = n,
         .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
         .part = cs->attn_part, .count = cs->attn_count,
@@ -246,7 +252,8 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
         TRY(product(cs, cs->qkv, false, &D->wqkv, n, qkvd, dim));
         rope_qkv_args ra = rope_args(cs, s, l, n);
         TRY(launch_rope_qkv(lc, &ra));
-        TRY(launch_attention_prefill(lc, cs->act, wt, cs->q, ra.k_cache, ra.v_cache, cs->kvt, n, pos0, c->n_heads,
+        TRY(launch_attention_prefill(lc, cs->act, wt, cs->q, ra.k_cache, ra.v_cache, ra.k_scale, ra.v_scale, cs->kvt,
+                                     n, pos0, c->n_heads,
                                      c->n_kv_heads, c->head_dim, window_of(m, l)));
         TRY(product(cs, cs->x, true, &D->wo, n, dim, qd));
         if (D->b_o)

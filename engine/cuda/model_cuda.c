@@ -584,6 +584,7 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
     engine_plan_params pp = engine_plan_default_params();
     pp.vram_budget = plan_budget;
     pp.n_ctx = m->plan_ctx;
+    pp.kv_type = m->kv_type;
     pp.cuda_context_bytes = cm->reserve;
     pp.min_layers_streamed = m->min_streamed;
     cuda_plan_bandwidths(&pp, m, plan_budget - cm->reserve); /* this device's, measured (measure.c) */

@@ -79,11 +79,26 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
 
     engine_status st = ENGINE_OK;
     const uint64_t kvd = (uint64_t)c->n_kv_heads * c->head_dim;
-    /* fp16 holds K and V with 8x less rounding than bf16 (10 mantissa bits
-     * against 7) in the same bytes; their range is far inside fp16's. */
-    cs->kvt = cs->cm->wt == K_F32 ? K_F32 : K_F16;
-    const uint64_t one = (uint64_t)c->n_layers * s->n_ctx * kvd * k_dtype_size(cs->kvt);
-    cs->kv_bytes = 2 * one;
+    /* The cache's type: as asked, else as the placement planned it (its
+     * default, plan_kv_default: fp16, which holds K and V with 8x less
+     * rounding than bf16 in the same bytes, or fp32 for fp32 models; or the
+     * smaller type it chose to fit the budget). */
+    engine_kv_type kt = s->kv_type;
+    if (kt == ENGINE_KV_AUTO)
+        kt = cs->cm->plan ? engine_plan_get_totals(cs->cm->plan)->kv_type : plan_kv_default(cs->cm->wt);
+    if (kt == ENGINE_KV_AUTO)
+        kt = plan_kv_default(cs->cm->wt);
+    s->kv_type = kt;
+    cs->kvt = (k_kv_type)kt;
+    if (k_kv_has_scales(cs->kvt) && c->head_dim % 16) {
+        cuda_session_free(cs);
+        return err_set(e, ENGINE_ERR_UNSUPPORTED, "an %s KV cache needs head_dim a multiple of 16 on CUDA (it is %d)",
+                       engine_kv_type_name(kt), c->head_dim);
+    }
+    /* K, then V, then (int8, fp8) K's scales and V's, as plan_kv_bytes counts them. */
+    const uint64_t one = (uint64_t)c->n_layers * s->n_ctx * kvd * k_kv_elem_size(cs->kvt);
+    const uint64_t scales = k_kv_has_scales(cs->kvt) ? (uint64_t)c->n_layers * s->n_ctx * c->n_kv_heads * 4 : 0;
+    cs->kv_bytes = 2 * (one + scales);
     cs->act_bytes = layout(cs, s, NULL);
     st = arena_alloc(cs->cm->arena, cs->kv_bytes, ARENA_KV_CACHE, "the KV cache", &cs->kv, e);
     if (!st)
@@ -98,6 +113,8 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     }
     cs->k_cache = cs->kv;
     cs->v_cache = (char *)cs->kv + one;
+    cs->k_scale = scales ? (float *)((char *)cs->kv + 2 * one) : NULL;
+    cs->v_scale = scales ? (float *)((char *)cs->kv + 2 * one + scales) : NULL;
     layout(cs, s, cs->act_region);
     st = stream_session_create(cs, s, e);
     if (!st && cs->cm->sm && cs->cm->sm->n_hosted > 0)

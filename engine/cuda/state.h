@@ -92,9 +92,11 @@ struct cuda_session {
     void *kv;             /* arena region: k_cache and v_cache           */
     void *act_region;     /* arena region: everything below but the KV   */
                           /* (lc.workspace is a region of its own)       */
-    k_dtype kvt;          /* KV cache type: f16, or f32 for f32 models   */
+    k_kv_type kvt;        /* KV cache type (kernels.h's k_kv)            */
     void *k_cache;        /* [n_layers, n_ctx, nkv*hd] kvt               */
     void *v_cache;        /* [n_layers, n_ctx, nkv*hd] kvt               */
+    float *k_scale;       /* int8/fp8: [n_layers, n_ctx, nkv]; else NULL */
+    float *v_scale;       /* likewise                                    */
     float *x;             /* [n_batch, dim] residual stream              */
     void *act;            /* [n_batch, max(dim, nh*hd, ffn)] wt: matrix-product inputs */
     float *qkv;           /* [n_batch, (nh + 2*nkv) * hd]                */

@@ -43,6 +43,7 @@
  */
 #include <type_traits>
 
+#include "kv.cuh"
 #include "rope.cuh"
 
 #define DEC_THREADS 256
@@ -58,6 +59,15 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
 #else
     *static_cast<uint4 *>(smem) = __ldcg(static_cast<const uint4 *>(gmem));
+#endif
+}
+/* 4 bytes likewise (an int8/fp8 row's scale). */
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem)
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
+#else
+    *static_cast<float *>(smem) = __ldcg(static_cast<const float *>(gmem));
 #endif
 }
 __device__ __forceinline__ void cp_async_commit()
@@ -118,7 +128,8 @@ struct dec_merge {
 };
 
 /*
- * The EL = 16 / sizeof(T) elements of a granule as fp32. The granule comes
+ * The EL = 16 / sizeof(T) elements of a granule as fp32 (int8 and fp8: raw,
+ * kv.cuh; the row's multiplier is applied per key). The granule comes
  * by value, as one 16-byte shared-memory load: read through a pointer to
  * its elements, it became eight 2-byte loads per granule (measured: the
  * scores took 1.6x (fp16) and 3.5x (bf16) the fp32 cache's time).
@@ -128,7 +139,9 @@ template <typename T> __device__ __forceinline__ void granule_f32(const uint4 g,
     const uint32_t w[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        if constexpr (sizeof(T) == 4) {
+        if constexpr (sizeof(T) == 1) {
+            word_raw<T>(w[i], f + 4 * i);
+        } else if constexpr (sizeof(T) == 4) {
             f[i] = __uint_as_float(w[i]);
         } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
             f[2 * i] = __uint_as_float(w[i] << 16);
@@ -143,17 +156,24 @@ template <typename T> __device__ __forceinline__ void granule_f32(const uint4 g,
 
 /*
  * Shared memory, in order (16-byte aligned first): two buffers of K and V
- * chunks [chunk][hb] granules, the new k and v rows [2][hb]; then fp32: the
- * cluster merge's buffer (dec_merge; none in the portable merge), per q head of the group q [G][hd] and the
- * output accumulator [G][hd], scores [G][chunk], max, sum and correction
- * [G].
+ * chunks [chunk][hb] granules, the new k and v rows [2][hd] (in the cache
+ * type; fp32 for int8/fp8, which quantize them from there); then fp32: the
+ * cluster merge's buffer (dec_merge; none in the portable merge), per q
+ * head of the group q [G][hd] and the output accumulator [G][hd], scores
+ * [G][chunk], max, sum and correction [G], and for int8/fp8 the two
+ * buffers' K and V row scales [2][chunk] each.
  */
 struct dec_smem {
-    static __host__ __device__ size_t fixed_bytes(int g, int hd, int es, bool cluster)
+    /* es: bytes an element; quant: int8/fp8 */
+    static __host__ __device__ size_t fixed_bytes(int g, int hd, int es, bool quant, bool cluster)
     {
-        return ((cluster ? dec_merge::floats(g, hd) : 0) + (size_t)2 * g * hd + 3 * g) * 4 + 2 * (size_t)hd * es;
+        return ((cluster ? dec_merge::floats(g, hd) : 0) + (size_t)2 * g * hd + 3 * g) * 4 +
+               2 * (size_t)hd * (quant ? 4 : es);
     }
-    static __host__ __device__ size_t key_bytes(int g, int hd, int es) { return (size_t)4 * hd * es + 4 * g; }
+    static __host__ __device__ size_t key_bytes(int g, int hd, int es, bool quant)
+    {
+        return (size_t)4 * hd * es + 4 * g + (quant ? 16 : 0);
+    }
 };
 
 /*
@@ -248,9 +268,12 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = DEC_THREADS / 32;
     const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim, G = nh / nkv, kvd = nkv * hd;
     const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
+    constexpr bool QUANT = kv_quant<T>();
     uint4 *kbuf = sm, *vbuf = kbuf + (size_t)2 * chunk * hb, *nrow = vbuf + (size_t)2 * chunk * hb;
-    float *recv = reinterpret_cast<float *>(nrow + 2 * hb), *qs = recv + (CLUSTER ? dec_merge::floats(G, hd) : 0);
+    float *recv = reinterpret_cast<float *>(nrow + (QUANT ? hd / 2 : 2 * hb));
+    float *qs = recv + (CLUSTER ? dec_merge::floats(G, hd) : 0);
     float *os = qs + G * hd, *sc = os + G * hd, *ms = sc + G * chunk, *ls = ms + G, *cr = ls + G;
+    float *ksm = cr + G, *vsm = ksm + 2 * chunk; /* int8/fp8: row scales of the two buffers */
 #if DEC_HAVE_CLUSTERS
     __shared__ uint64_t merged; /* the merge's bytes for this block have arrived */
 #endif
@@ -283,6 +306,14 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
             cp_async16(kb + to, kc + at);
             cp_async16(vb + to, vc + at);
         }
+        if constexpr (QUANT)
+            for (int k = tid; k < nk; k += DEC_THREADS) {
+                const int key = c0 + k;
+                if (key == pos && c0 == lo)
+                    continue;
+                cp_async4(ksm + b * chunk + k, a.k_scale + (size_t)key * nkv + kvh);
+                cp_async4(vsm + b * chunk + k, a.v_scale + (size_t)key * nkv + kvh);
+            }
         cp_async_commit();
     };
     if (lo < end)
@@ -322,17 +353,33 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         }
         const int is_v = t - G;
         const size_t src = (size_t)(nh + (is_v ? nkv : 0) + kvh) * hd;
-        uint4 *stage = nrow + is_v * hb;
-        rope_head<T>(reinterpret_cast<T *>(stage), a.qkv + src, a.bias ? a.bias + src : NULL,
-                     is_v ? NULL : a.k_norm, a.eps, a.cos, a.sin, pos, hd, !is_v);
-        __syncwarp();
-        uint4 *cache = reinterpret_cast<uint4 *>(static_cast<T *>(is_v ? a.v_cache : a.k_cache) + (size_t)pos * kvd +
-                                                 (size_t)kvh * hd);
+        T *row = static_cast<T *>(is_v ? a.v_cache : a.k_cache) + (size_t)pos * kvd + (size_t)kvh * hd;
+        uint4 *cache = reinterpret_cast<uint4 *>(row), *stage = cache;
         const int k = pos - lo;
+        if constexpr (QUANT) { /* fp32 first, then the codes and the scale into the cache */
+            float *f = reinterpret_cast<float *>(nrow) + is_v * hd;
+            rope_head<float>(f, a.qkv + src, a.bias ? a.bias + src : NULL, is_v ? NULL : a.k_norm, a.eps, a.cos,
+                             a.sin, pos, hd, !is_v);
+            __syncwarp();
+            const float scale = kv_quantize_row<T>(row, f, hd);
+            if (lane == 0) {
+                (is_v ? a.v_scale : a.k_scale)[(size_t)pos * nkv + kvh] = scale;
+                if (new_in_first)
+                    (is_v ? vsm : ksm)[k] = scale;
+            }
+            __syncwarp(); /* the codes are read back below */
+        } else {
+            stage = nrow + is_v * hb;
+            rope_head<T>(reinterpret_cast<T *>(stage), a.qkv + src, a.bias ? a.bias + src : NULL,
+                         is_v ? NULL : a.k_norm, a.eps, a.cos, a.sin, pos, hd, !is_v);
+            __syncwarp();
+        }
         for (int c = lane; c < hb; c += 32) {
-            cache[c] = stage[c];
+            const uint4 g = stage[c];
+            if constexpr (!QUANT)
+                cache[c] = g;
             if (new_in_first)
-                (is_v ? vbuf : kbuf)[k * hb + (c ^ (k & swz))] = stage[c];
+                (is_v ? vbuf : kbuf)[k * hb + (c ^ (k & swz))] = g;
         }
     }
     __syncthreads(); /* the new rows are in the cache before a later chunk reads them */
@@ -377,7 +424,10 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
                     d1 += f[e + 2] * qv.z + f[e + 3] * qv.w;
                 }
             }
-            sc[g * chunk + k] = (d0 + d1) * scale;
+            float mult = scale;
+            if constexpr (QUANT)
+                mult *= kv_mult<T>(ksm[b * chunk + k]);
+            sc[g * chunk + k] = (d0 + d1) * mult;
         }
         __syncthreads();
 
@@ -400,7 +450,9 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
             for (int k = sl; live && k < nk; k += S) {
                 float f[EL];
                 granule_f32<T>(vb[(size_t)k * hb + (c ^ (k & swz))], f);
-                const float pk = p[k];
+                float pk = p[k];
+                if constexpr (QUANT)
+                    pk *= kv_mult<T>(vsm[b * chunk + k]);
 #pragma unroll
                 for (int e = 0; e < EL; e++)
                     acc[e] += pk * f[e];
@@ -491,8 +543,12 @@ static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int win
 {
     const int G = a->n_heads / a->n_kv_heads, hd = a->head_dim, es = (int)sizeof(T);
     /* As many keys a chunk as fit the target, at least 16 (then past it). */
-    const bool cluster = c->fast[K_OP_ATTN_CLUSTER];
-    const size_t fixed = dec_smem::fixed_bytes(G, hd, es, cluster), per_key = dec_smem::key_bytes(G, hd, es);
+    const bool cluster = c->fast[K_OP_ATTN_CLUSTER], quant = kv_quant<T>();
+    if (quant && (hd % 16 || !a->k_scale || !a->v_scale))
+        return launch_fail(c, "attention_decode: an int8/fp8 cache needs head_dim a multiple of 16 (%d) and scales",
+                           hd);
+    const size_t fixed = dec_smem::fixed_bytes(G, hd, es, quant, cluster),
+                 per_key = dec_smem::key_bytes(G, hd, es, quant);
     const long target = c->smem_max < DEC_SMEM_TARGET ? (long)c->smem_max : DEC_SMEM_TARGET;
     long chunk = (target - (long)fixed) / (long)per_key;
     chunk = chunk < 16 ? 16 : chunk > DEC_CHUNK_MAX ? DEC_CHUNK_MAX : chunk;
@@ -550,6 +606,6 @@ extern "C" int launch_attention_decode(launch_ctx *c, const rope_qkv_args *a, fl
         return launch_fail(c, "attention_decode: bad arguments (n %d, heads %d/%d, head_dim %d (a multiple of 8 up "
                               "to 256), %d splits)",
                            a->n, nh, nkv, hd, n_splits);
-    DISPATCH_TYPE(a->kvt, T, return run_decode<T>(c, out, a, window, n_splits));
+    DISPATCH_KV(a->kvt, T, return run_decode<T>(c, out, a, window, n_splits));
     return 0;
 }

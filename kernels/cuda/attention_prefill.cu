@@ -9,10 +9,12 @@
  * weights are each split into a 16-bit value and the 16-bit rounding of
  * its remainder, and both halves are multiplied: about 16 bits of q and of
  * the weights survive, and the result matches the fp32 path to ~1e-5 (K
- * and V are exact, they are stored in that type). Otherwise (fp32 cache,
- * head_dim 8 or not a multiple of 16, or 256) a CUDA-core kernel does it.
+ * and V are exact, they are stored in that type). Otherwise (fp32, int8 or
+ * fp8 cache, head_dim 8 or not a multiple of 16, or 256) a CUDA-core
+ * kernel does it, decoding each tile to fp32 in shared memory as it stages
+ * it (an int8/fp8 row times its scale, kv.cuh).
  */
-#include "common.cuh"
+#include "kv.cuh"
 
 /* ---- CUDA-core path ---- */
 
@@ -21,13 +23,25 @@
 
 /*
  * K and V rows k0 .. k0+ATT_BK-1 of one kv head into shared memory as fp32
- * (rows at or past `end` as zeros). 16-byte loads when a head's row allows,
- * unrolled so that each thread has several in flight.
+ * (rows at or past `end` as zeros; int8 and fp8 rows times their scales,
+ * ksc/vsc [n_ctx, nkv]). 16-byte loads when a head's row allows, unrolled
+ * so that each thread has several in flight.
  */
 template <typename T>
-__device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, int k0, int end, int kvd, int kvh, int hd)
+__device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const float *ksc, const float *vsc, int k0,
+                           int end, int kvd, int kvh, int hd)
 {
     constexpr int V = 16 / sizeof(T);
+    const int nkv = kvd / hd;
+    /* A row's multipliers: its scale for int8/fp8 (kv_mult), 1 for the float types, 0 past the end. */
+    auto mults = [&](int key, float &km, float &vm) {
+        km = vm = key < end ? 1.0f : 0.0f;
+        if constexpr (kv_quant<T>())
+            if (key < end) {
+                km = kv_mult<T>(ksc[(size_t)key * nkv + kvh]);
+                vm = kv_mult<T>(vsc[(size_t)key * nkv + kvh]);
+            }
+    };
     if ((hd % V) == 0 && (kvd % V) == 0) {
         const int per_row = hd / V, total = ATT_BK * per_row;
 #pragma unroll 4
@@ -39,27 +53,30 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, int k
                 kr = *reinterpret_cast<const uint4 *>(kc + at);
                 vr = *reinterpret_cast<const uint4 *>(vc + at);
             }
+            float km, vm;
+            mults(key, km, vm);
             const T *kt = reinterpret_cast<const T *>(&kr), *vt = reinterpret_cast<const T *>(&vr);
 #pragma unroll
             for (int e = 0; e < V; e++) {
-                Ks[j * (hd + 1) + d0 + e] = key < end ? to_f32(kt[e]) : 0.0f;
-                Vs[j * hd + d0 + e] = key < end ? to_f32(vt[e]) : 0.0f;
+                Ks[j * (hd + 1) + d0 + e] = kv_raw(kt[e]) * km;
+                Vs[j * hd + d0 + e] = kv_raw(vt[e]) * vm;
             }
         }
         return;
     }
     for (int i = threadIdx.x; i < ATT_BK * hd; i += blockDim.x) {
         const int j = i / hd, d = i - j * hd, key = k0 + j;
-        const bool ok = key < end;
-        const size_t at = (size_t)key * kvd + (size_t)kvh * hd + d;
-        Ks[j * (hd + 1) + d] = ok ? to_f32(kc[at]) : 0.0f;
-        Vs[j * hd + d] = ok ? to_f32(vc[at]) : 0.0f;
+        const size_t at = (size_t)min(key, end - 1) * kvd + (size_t)kvh * hd + d;
+        float km, vm;
+        mults(key, km, vm);
+        Ks[j * (hd + 1) + d] = kv_raw(kc[at]) * km;
+        Vs[j * hd + d] = kv_raw(vc[at]) * vm;
     }
 }
 
 template <typename T, int E> /* E: dimensions per lane, head_dim <= 32 * E */
-__global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, const T *vc, int pos0, int n, int nh,
-                            int nkv, int hd, int window)
+__global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, const T *vc, const float *ksc,
+                            const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window)
 {
     extern __shared__ float sm[];
     float *Qs = sm;                          /* [hd][ATT_BQ], scaled       */
@@ -95,7 +112,7 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
 
     for (int k0 = lo; k0 < end; k0 += ATT_BK) {
         __syncthreads(); /* the previous tile is no longer read */
-        stage_tile(Ks, Vs, kc, vc, k0, end, kvd, kvh, hd);
+        stage_tile(Ks, Vs, kc, vc, ksc, vsc, k0, end, kvd, kvh, hd);
         __syncthreads();
         if (qpos[0] < 0)
             continue; /* this warp has no queries */
@@ -188,6 +205,11 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool full
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
 }
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool full)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(full ? 4 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
@@ -275,6 +297,55 @@ __device__ __forceinline__ void tc_stage(T *ks, T *vs, const T *kc, const T *vc,
     }
 }
 
+/*
+ * An int8/fp8 cache's tile: the codes of K and V rows k0 .. k0+TC_BK-1
+ * ([K, V][TC_BK][HD] bytes) and their scales ([K, V][TC_BK]), copied like
+ * tc_stage's; rows past `end` zero-filled (scale 0).
+ */
+template <typename Q, int HD>
+__device__ __forceinline__ void tc_stage_codes(uint8_t *raw, float *scl, const Q *kc, const Q *vc, const float *ksc,
+                                               const float *vsc, int k0, int end, int kvd, int kvh)
+{
+    constexpr int CH = HD / 16;
+    const int nkv = kvd / HD;
+    for (int i = threadIdx.x; i < 2 * TC_BK * CH; i += blockDim.x) {
+        const int which = i / (TC_BK * CH), rem = i - which * TC_BK * CH, r = rem / CH, ch = rem - r * CH;
+        const int key = k0 + r;
+        const size_t at = (size_t)min(key, end - 1) * kvd + (size_t)kvh * HD + ch * 16;
+        cp_async16(raw + (which * TC_BK + r) * HD + ch * 16, (which ? vc : kc) + at, key < end);
+    }
+    for (int i = threadIdx.x; i < 2 * TC_BK; i += blockDim.x) {
+        const int which = i / TC_BK, r = i - which * TC_BK, key = k0 + r;
+        cp_async4(scl + i, (which ? vsc : ksc) + (size_t)min(key, end - 1) * nkv + kvh, key < end);
+    }
+}
+
+/*
+ * The staged codes as fp16 for the mma: K's exactly (every int8 and e4m3
+ * value is an fp16 value; the row scale is applied to the scores), V's
+ * times their row scale, rounded once to fp16 (as an fp16 cache rounds:
+ * folding the scale into the softmax weights instead put them among
+ * fp16's subnormals).
+ */
+template <typename Q, int HD, int LD>
+__device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t *raw, const float *scl)
+{
+    constexpr int C8 = HD / 8;
+    for (int i = threadIdx.x; i < 2 * TC_BK * C8; i += blockDim.x) {
+        const int which = i / (TC_BK * C8), rem = i - which * TC_BK * C8, r = rem / C8, c = rem - r * C8;
+        const uint2 w = *reinterpret_cast<const uint2 *>(raw + (which * TC_BK + r) * HD + c * 8);
+        float f[8];
+        word_raw<Q>(w.x, f);
+        word_raw<Q>(w.y, f + 4);
+        const float m = which ? kv_mult<Q>(scl[TC_BK + r]) : kv_mult<Q>(1.0f);
+        __half2 h[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            h[e] = __floats2half2_rn(f[2 * e] * m, f[2 * e + 1] * m);
+        *reinterpret_cast<uint4 *>((which ? vs : ks) + r * LD + c * 8) = *reinterpret_cast<const uint4 *>(h);
+    }
+}
+
 #endif
 
 /*
@@ -285,14 +356,19 @@ __device__ __forceinline__ void tc_stage(T *ks, T *vs, const T *kc, const T *vc,
  * O += P V (the FlashAttention-2 arrangement). Scores are in log2 units
  * (log2(e) folded into q's scale) so the exponentials are exp2f.
  */
-template <typename T, int KC> /* KC = head_dim / 16 */
-__global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, const float *q, const T *kc, const T *vc,
-                                                      int pos0, int n, int nh, int nkv, int window)
+template <typename T, int KC, typename Q> /* KC = head_dim / 16; Q: the cache's type (T, or int8/fp8 with T fp16) */
+__global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, const float *q, const Q *kc, const Q *vc,
+                                                      const float *ksc, const float *vsc, int pos0, int n, int nh,
+                                                      int nkv, int window)
 {
 #if TC_COMPILED
     constexpr int HD = KC * 16, LD = HD + 8; /* 16 bytes of row padding: ldmatrix rows fall in distinct banks */
+    constexpr bool QUANT = kv_quant<Q>();
     extern __shared__ __align__(16) unsigned char tc_smem[];
     T *sm = reinterpret_cast<T *>(tc_smem); /* [2 stages][K, V][TC_BK][LD] */
+    /* int8/fp8: after it, [2 stages][K, V][TC_BK][HD] codes, then [2 stages][K, V][TC_BK] scales */
+    uint8_t *raw = reinterpret_cast<uint8_t *>(sm + 2 * 2 * TC_BK * LD);
+    float *scl = reinterpret_cast<float *>(raw + 2 * 2 * TC_BK * HD);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_BQ; /* the longest blocks start first */
     const int h = blockIdx.y, kvh = h / (nh / nkv), kvd = nkv * HD;
@@ -320,18 +396,29 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
     for (int i = 0; i < 2 * KC; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
+    auto stage = [&](int st, int k0) {
+        T *ks = sm + st * 2 * TC_BK * LD;
+        if constexpr (QUANT)
+            tc_stage_codes<Q, HD>(raw + st * 2 * TC_BK * HD, scl + st * 2 * TC_BK, kc, vc, ksc, vsc, k0, end, kvd,
+                                  kvh);
+        else
+            tc_stage<T, HD, LD>(ks, ks + TC_BK * LD, kc, vc, k0, end, kvd, kvh);
+    };
     const int ntiles = (end - lo + TC_BK - 1) / TC_BK;
-    tc_stage<T, HD, LD>(sm, sm + TC_BK * LD, kc, vc, lo, end, kvd, kvh);
+    stage(0, lo);
     cp_async_commit();
     for (int it = 0; it < ntiles; it++) {
         const int k0 = lo + it * TC_BK;
-        if (it + 1 < ntiles) {
-            T *nx = sm + ((it + 1) & 1) * 2 * TC_BK * LD;
-            tc_stage<T, HD, LD>(nx, nx + TC_BK * LD, kc, vc, k0 + TC_BK, end, kvd, kvh);
-        }
+        if (it + 1 < ntiles)
+            stage((it + 1) & 1, k0 + TC_BK);
         cp_async_commit(); /* possibly empty: keeps "all but the newest group" meaning this tile */
         cp_async_wait1();
         __syncthreads();
+        if constexpr (QUANT) { /* the codes as fp16 in the tile's stage */
+            T *ks = sm + (it & 1) * 2 * TC_BK * LD;
+            tc_convert<Q, HD, LD>(ks, ks + TC_BK * LD, raw + (it & 1) * 2 * TC_BK * HD, scl + (it & 1) * 2 * TC_BK);
+            __syncthreads();
+        }
         /* Skip a tile wholly after the warp's last query or before its first query's window. */
         if (active && k0 <= whi && (window <= 0 || k0 + TC_BK - 1 > wlo - window)) {
             const T *ks = sm + (it & 1) * 2 * TC_BK * LD, *vs = ks + TC_BK * LD;
@@ -351,6 +438,14 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
                     tc_ops<T>::mma(s[2 * np + 1], ql[kk], b[2], b[3]);
                 }
             /* Accumulator element e of n-tile nt: row (e >> 1 ? g + 8 : g), key nt*8 + 2*t4 + (e & 1). */
+            if constexpr (QUANT) { /* K's row scales */
+                const float *ksl = scl + (it & 1) * 2 * TC_BK;
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[nt][e] *= ksl[nt * 8 + 2 * t4 + (e & 1)]; /* the codes are exact values (tc_convert) */
+            }
             float mx[2] = {m[0], m[1]};
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
@@ -423,35 +518,43 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
 #endif
 }
 
-template <typename T, int KC>
-static void tc_launch(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc, int pos0,
-                      int n, int nh, int nkv, int window)
+template <typename T, int KC, typename Q>
+static void tc_launch(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
+                      const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int window)
 {
-    const size_t smem = (size_t)2 * 2 * TC_BK * (KC * 16 + 8) * sizeof(T); /* at most 34,816 bytes */
+    constexpr int HD = KC * 16;
+    /* at most 34,816 bytes; int8/fp8 add their codes and scales: 51,712 */
+    const size_t smem = (size_t)2 * 2 * TC_BK * (HD + 8) * sizeof(T) +
+                        (kv_quant<Q>() ? (size_t)2 * 2 * TC_BK * (HD + sizeof(float)) : 0);
+    auto kern = k_attention_tc<T, KC, Q>;
+    if (smem > 48 * 1024)
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     const dim3 grid(ceil_div(n, TC_BQ), (unsigned)nh);
-    k_attention_tc<T, KC><<<grid, 128, smem, c->stream>>>(out, ot, q, static_cast<const T *>(kc),
-                                                          static_cast<const T *>(vc), pos0, n, nh, nkv, window);
+    kern<<<grid, 128, smem, c->stream>>>(out, ot, q, static_cast<const Q *>(kc), static_cast<const Q *>(vc), ksc, vsc,
+                                         pos0, n, nh, nkv, window);
 }
 
-template <typename T>
-static void run_tc(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc, int pos0,
-                   int n, int nh, int nkv, int hd, int window)
+template <typename T, typename Q>
+static void run_tc(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
+                   const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window)
 {
+#define TC_CASE(K) tc_launch<T, K, Q>(c, out, ot, q, kc, vc, ksc, vsc, pos0, n, nh, nkv, window)
     switch (hd / 16) {
-    case 1: tc_launch<T, 1>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
-    case 2: tc_launch<T, 2>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
-    case 3: tc_launch<T, 3>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
-    case 4: tc_launch<T, 4>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
-    case 5: tc_launch<T, 5>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
-    case 6: tc_launch<T, 6>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
-    case 7: tc_launch<T, 7>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
-    default: tc_launch<T, 8>(c, out, ot, q, kc, vc, pos0, n, nh, nkv, window); break;
+    case 1: TC_CASE(1); break;
+    case 2: TC_CASE(2); break;
+    case 3: TC_CASE(3); break;
+    case 4: TC_CASE(4); break;
+    case 5: TC_CASE(5); break;
+    case 6: TC_CASE(6); break;
+    case 7: TC_CASE(7); break;
+    default: TC_CASE(8); break;
     }
+#undef TC_CASE
 }
 
 template <typename T>
-static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc, int pos0,
-                       int n, int nh, int nkv, int hd, int window)
+static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
+                       const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window)
 {
     const size_t smem = ((size_t)hd * ATT_BQ + ATT_BK * (hd + 1) + ATT_BK * hd) * sizeof(float);
     if (smem > c->smem_max)
@@ -465,7 +568,7 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
         auto kern = k_attention<T, EV>;                                                                       \
         if (smem > 48 * 1024)                                                                                 \
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);               \
-        kern<<<grid, 128, smem, c->stream>>>(out, ot, q, k, v, pos0, n, nh, nkv, hd, window);                 \
+        kern<<<grid, 128, smem, c->stream>>>(out, ot, q, k, v, ksc, vsc, pos0, n, nh, nkv, hd, window);       \
     } while (0)
     switch (e) {
     case 1: ATT_LAUNCH(1); break;
@@ -480,25 +583,40 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
 }
 
 extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
-                                        const void *v_cache, k_dtype kvt, int n, int pos0, int n_heads,
-                                        int n_kv_heads, int head_dim, int window)
+                                        const void *v_cache, const float *k_scale, const float *v_scale,
+                                        k_kv_type kvt, int n, int pos0, int n_heads, int n_kv_heads, int head_dim,
+                                        int window)
 {
     if (!out || !q || !k_cache || !v_cache || n <= 0 || pos0 < 0 || n_heads <= 0 || n_kv_heads <= 0 ||
-        n_heads % n_kv_heads || head_dim <= 0 || head_dim > 256 || head_dim % 2)
+        n_heads % n_kv_heads || head_dim <= 0 || head_dim > 256 || head_dim % 2 ||
+        (k_kv_has_scales(kvt) && (!k_scale || !v_scale)))
         return launch_fail(c, "attention_prefill: bad arguments (n %d, pos0 %d, heads %d/%d, head_dim %d)", n, pos0,
                            n_heads, n_kv_heads, head_dim);
     /* cp.async and the paired stores want 16- and 8-byte alignment; arena buffers have it. */
     const bool aligned = (((uintptr_t)k_cache | (uintptr_t)v_cache) & 15) == 0 && ((uintptr_t)q & 7) == 0 &&
                          ((uintptr_t)out & 7) == 0;
-    if (c->fast[K_OP_ATTN_PREFILL_TC] && (kvt == K_F16 || kvt == K_BF16) && head_dim % 16 == 0 && head_dim <= 128 &&
-        aligned) {
-        if (kvt == K_F16)
-            run_tc<__half>(c, out, ot, q, k_cache, v_cache, pos0, n, n_heads, n_kv_heads, head_dim, window);
-        else
-            run_tc<__nv_bfloat16>(c, out, ot, q, k_cache, v_cache, pos0, n, n_heads, n_kv_heads, head_dim, window);
+    if (c->fast[K_OP_ATTN_PREFILL_TC] && kvt != K_KV_F32 && head_dim % 16 == 0 && head_dim <= 128 && aligned) {
+        switch (kvt) {
+        case K_KV_F16:
+            run_tc<__half, __half>(c, out, ot, q, k_cache, v_cache, NULL, NULL, pos0, n, n_heads, n_kv_heads, head_dim,
+                                   window);
+            break;
+        case K_KV_BF16:
+            run_tc<__nv_bfloat16, __nv_bfloat16>(c, out, ot, q, k_cache, v_cache, NULL, NULL, pos0, n, n_heads,
+                                                 n_kv_heads, head_dim, window);
+            break;
+        case K_KV_INT8:
+            run_tc<__half, int8_t>(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, pos0, n, n_heads, n_kv_heads,
+                                   head_dim, window);
+            break;
+        default:
+            run_tc<__half, fp8e4m3>(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, pos0, n, n_heads, n_kv_heads,
+                                    head_dim, window);
+            break;
+        }
         return launch_check(c, "attention_prefill");
     }
-    DISPATCH_TYPE(kvt, T, return run_prefill<T>(c, out, ot, q, k_cache, v_cache, pos0, n, n_heads, n_kv_heads,
-                                                head_dim, window));
+    DISPATCH_KV(kvt, T, return run_prefill<T>(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, pos0, n, n_heads,
+                                              n_kv_heads, head_dim, window));
     return 0;
 }
