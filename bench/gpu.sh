@@ -12,6 +12,10 @@
 #     stream  issue 5: the 8B shape at --vram 8G (bf16) and 6.5G (int8), streaming
 #             alone and with hosted layers
 #     anchor  PyTorch + transformers on the same checkpoints (needs torch)
+#     long    issue 34: the 8B in nf4-dq at --vram 16G with a 32,768-token
+#             prompt (int8, fp8 and f16 KV), decode at depth 120k (int8),
+#             --vram 8G at 32k with int8 KV, bf16 with f16 KV at depth 4,000
+#             (not in the default SECTIONS: about 4 minutes)
 # Decode is timed in two shapes: after a 512-token prompt (--prompt 512, the
 # KV cache 512-640 deep) and from an empty context (--prompt 1 --gen 128:
 # llama-bench's tg128, which decodes 128 tokens from a cleared cache; the
@@ -50,6 +54,13 @@ if on stream; then # streaming alone (--host-layers 0), then with the hosted lay
     run "$S/llama-3.1-8b" --device cuda --prompt 512 --gen 64 --reps 2 --vram 8G "${hl[@]}"
     run "$S/llama-3.1-8b" --device cuda --prompt 512 --gen 64 --reps 2 --vram 6.5G --quant int8 "${hl[@]}"
   done
+fi
+if on long; then # issue 34's targets; the weights quantized while loading
+  L=(--device cuda --quant nf4-dq --quant-head nf4-dq --reps 1)
+  for kv in int8 fp8 f16; do run "$S/llama-3.1-8b" "${L[@]}" --vram 16G --kv $kv --prompt 32768 --gen 64; done
+  run "$S/llama-3.1-8b" "${L[@]}" --vram 16G --kv int8 --prompt 122880 --gen 32
+  run "$S/llama-3.1-8b" "${L[@]}" --vram 8G --kv int8 --prompt 32768 --gen 32
+  run "$S/llama-3.1-8b" --device cuda --reps 2 --kv f16 --prompt 4000 --gen 128
 fi
 if on anchor; then
   for shape in llama-3.2-1b llama-3.1-8b; do

@@ -7,6 +7,9 @@
 #   tests/gpu_checks.sh [BIN_DIR]   (a build folder, or one folder holding
 #                                    infer and the test binaries; default build)
 # GPU_CHECKS_QUICK=1: the tests only, without the sanitizer runs.
+# GPU_CHECKS_ONLY=REGEX: only the steps whose names match (e.g. "^memcheck
+# test_parity", "racecheck"), to spread the sanitizer runs, which take
+# minutes each, over several commands; every step prints its time.
 # ENGINE_CUDA_CC caps the capability the engine acts on (tests/gpu_configs.sh).
 # Exits non-zero if any test fails or a sanitizer reports an error.
 set -uo pipefail
@@ -18,6 +21,7 @@ bin() { [ -x "$B/tests/$1" ] && echo "$B/tests/$1" || echo "$B/$1"; }
 fails=0
 check() { # NAME COMMAND...: run, print one status line, keep the log's tail on failure
   local name=$1 log; shift
+  if [ -n "${GPU_CHECKS_ONLY:-}" ] && ! [[ $name =~ $GPU_CHECKS_ONLY ]]; then return; fi
   log=$(mktemp)
   local t0=$SECONDS
   "$@" >"$log" 2>&1
