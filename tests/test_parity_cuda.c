@@ -67,6 +67,15 @@ static engine_session *session(engine_model *m)
     return session_kv(m, ENGINE_KV_AUTO);
 }
 
+/* SEQ pseudo-random ids below vocab from seed r (an LCG: the same sequence on every machine). */
+static void random_ids(int32_t *seq, int vocab, uint64_t r)
+{
+    for (int i = 0; i < SEQ; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        seq[i] = (int32_t)((r >> 33) % (uint64_t)vocab);
+    }
+}
+
 /* max |a - b| / max |b| */
 static double rel_diff(const float *a, const float *b, int n)
 {
@@ -179,11 +188,7 @@ static void parity(const char *name, const char *path, bool fp32, engine_quant q
     const int vocab = info.vocab_size;
     float *last = malloc((size_t)vocab * sizeof *last);
     int32_t seq[SEQ];
-    uint64_t r = 0x9e3779b97f4a7c15ull ^ (uint64_t)strlen(name);
-    for (int i = 0; i < SEQ; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        seq[i] = (int32_t)((r >> 33) % (uint64_t)vocab);
-    }
+    random_ids(seq, vocab, 0x9e3779b97f4a7c15ull ^ (uint64_t)strlen(name));
     /* Teacher-forced, token by token: the decode path at all 256 positions. */
     int agree = 0, total = 0;
     double worst = 0.0;
@@ -254,11 +259,7 @@ static void kv_parity(const char *name, const char *path)
     const int vocab = info.vocab_size;
     float *last = malloc((size_t)vocab * sizeof *last);
     int32_t seq[SEQ];
-    uint64_t r = 0x2545f4914f6cdd1dull ^ (uint64_t)strlen(name);
-    for (int i = 0; i < SEQ; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        seq[i] = (int32_t)((r >> 33) % (uint64_t)vocab);
-    }
+    random_ids(seq, vocab, 0x2545f4914f6cdd1dull ^ (uint64_t)strlen(name));
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const engine_kv_type t = types[ti];
         engine_session *sc = session_kv(mc, t), *sg = session_kv(mg, t);
