@@ -30,7 +30,7 @@ check() { # NAME COMMAND...: run, print one status line, keep the log's tail on 
   if [ "$rc" -ne 0 ]; then tail -20 "$log"; fails=$((fails + 1)); fi
   rm -f "$log"
 }
-for t in test_kernels_cuda test_arena test_parity_cuda test_plan_cuda test_stream_cuda; do check "$t" "$(bin $t)"; done
+for t in test_kernels_cuda test_attention_cuda test_arena test_parity_cuda test_plan_cuda test_stream_cuda; do check "$t" "$(bin $t)"; done
 check test_model_cuda env ENGINE_TEST_DEVICE=cuda "$(bin test_model)"
 M=$ROOT/models/stories260K
 if [ -n "${GPU_CHECKS_QUICK:-}" ]; then # the tests alone, no sanitizer runs
@@ -42,6 +42,7 @@ for tool in memcheck racecheck; do
   check "$tool infer greedy" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40
   check "$tool infer sampled" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40 --temp 0.8 --top-p 0.9
   check "$tool test_kernels_cuda" "$CS" --tool $tool --error-exitcode 9 "$(bin test_kernels_cuda)"
+  check "$tool test_attention_cuda" "$CS" --tool $tool --error-exitcode 9 "$(bin test_attention_cuda)"
   check "$tool infer streamed" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40 --stream-layers 3
 done
 check "memcheck test_parity_cuda" "$CS" --tool memcheck --error-exitcode 9 "$(bin test_parity_cuda)"
