@@ -851,13 +851,15 @@ typedef void (*engine_score_fn)(size_t i, const float *logits, int n_vocab, doub
  * context, ids[<i]) for first <= i < n (logprob: caller-owned, n - first
  * entries; may be NULL when fn is given). Each log-softmax is taken in
  * double. 1 <= first <= n: the first id has no prediction within the call.
- * fn (may be NULL) also gets each scored position's whole logits row. The
- * CPU computes every row of a batch; other backends evaluate one token at a
- * time. Afterwards the context holds all n ids and the session's logits are
- * those after ids[n-1], as after engine_session_eval. Errors as
- * engine_session_eval's (nothing is evaluated on INVALID_ARG or
- * CONTEXT_FULL); OUT_OF_MEMORY when a batch of logits rows cannot be
- * allocated (the call allocates n_batch * vocab_size floats and frees them).
+ * fn (may be NULL) also gets each scored position's whole logits row. Both
+ * backends compute every row of a batch: the CPU on the host (n_batch *
+ * vocab_size floats allocated for the call), CUDA on the device, where
+ * the rows leave it only when fn is given (the log-sum-exp is taken there
+ * in fp32; a streamed output head scores one token at a time). Afterwards
+ * the context holds all n ids and the session's logits are those after
+ * ids[n-1], as after engine_session_eval. Errors as engine_session_eval's
+ * (nothing is evaluated on INVALID_ARG or CONTEXT_FULL); OUT_OF_MEMORY when
+ * the rows cannot be allocated.
  */
 ENGINE_API engine_status engine_session_score(engine_session *s, const int32_t *ids, size_t n, size_t first,
                                               double *logprob, engine_score_fn fn, void *user);
