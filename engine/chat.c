@@ -434,8 +434,14 @@ engine_status engine_session_reuse(engine_session *s, const int32_t *ids, size_t
     /* Leave the last id to evaluate: generation starts from its logits. */
     if (k == n && k > 0)
         k--;
+    /* A sliding window's ring may no longer hold the positions before k
+     * that the next pass reads: then nothing can be kept. */
+    if (k < past && !session_kv_holds(s, (int)k))
+        k = 0;
     if (k < past) {
         s->n_past = (int)k;
+        if (k == 0)
+            s->kv_end = 0;
         s->have_logits = s->device_logits = false;
     }
     if (n_reused)

@@ -92,15 +92,18 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
     const float eps = (float)c->rms_eps;
     const layer_weights *L = &m->layers[l];
     const k_kv_type kt = (k_kv_type)s->kv_type;
-    /* This layer's caches. */
-    const size_t rows = (size_t)l * s->n_ctx * nkv, esize = k_kv_elem_size(kt);
-    const k_kv kv_k = {(char *)s->k_cache + rows * hd * esize, s->k_scales ? s->k_scales + rows : NULL, kt};
-    const k_kv kv_v = {(char *)s->v_cache + rows * hd * esize, s->v_scales ? s->v_scales + rows : NULL, kt};
-    /* An fp32 cache takes k and v straight into its rows; another type
-     * takes them from k_new/v_new once they are final (k normed and
-     * rotated), each row quantized as a whole. */
-    float *kl = kt == K_KV_F32 ? (float *)kv_k.data + (size_t)pos0 * kvd : s->k_new;
-    float *vl = kt == K_KV_F32 ? (float *)kv_v.data + (size_t)pos0 * kvd : s->v_new;
+    /* This layer's caches: its rows follow the layers' before it; a window layer's may be a ring. */
+    const int window = model_layer_window(c, l), ring = window > 0 ? s->kv_ring : 0;
+    const size_t rows = model_kv_row0(c, l, s->n_ctx, s->kv_ring) * nkv, esize = k_kv_elem_size(kt);
+    const k_kv kv_k = {(char *)s->k_cache + rows * hd * esize, s->k_scales ? s->k_scales + rows : NULL, kt, ring};
+    const k_kv kv_v = {(char *)s->v_cache + rows * hd * esize, s->v_scales ? s->v_scales + rows : NULL, kt, ring};
+    /* An fp32 cache takes k and v straight into its rows; another type, or
+     * a ring (where the pass's rows may wrap), takes them from k_new/v_new
+     * once they are final (k normed and rotated), each row quantized as a
+     * whole. */
+    const bool direct = kt == K_KV_F32 && ring == 0;
+    float *kl = direct ? (float *)kv_k.data + (size_t)pos0 * kvd : s->k_new;
+    float *vl = direct ? (float *)kv_v.data + (size_t)pos0 * kvd : s->v_new;
 
     cpu_layer_qkv(m, kc, l, n, s->x, s->xb, s->q, kl, vl, true);
     if (L->q_norm.data) {
@@ -109,11 +112,10 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
     }
     k_rope(kc, s->q, n, nh, hd, s->pos, s->rope_cos, s->rope_sin);
     k_rope(kc, kl, n, nkv, hd, s->pos, s->rope_cos, s->rope_sin);
-    if (kt != K_KV_F32) {
+    if (!direct) {
         k_kv_store(kc, &kv_k, kl, n, pos0, nkv, hd);
         k_kv_store(kc, &kv_v, vl, n, pos0, nkv, hd);
     }
-    const int window = m->arch->sliding_window && l >= c->sliding_from_layer ? c->sliding_window : 0;
     k_attention_kv(kc, s->att, s->q, &kv_k, &kv_v, n, pos0, nh, nkv, hd, window);
     cpu_layer_out(m, kc, l, n, s->x, s->att, s->xb, s->hb, s->hb2);
 }
@@ -179,6 +181,7 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits,
     for (int l = 0; l < c->n_layers; l++)
         forward_cpu_layer(s, l, n, pos0);
     s->n_past += n;
+    session_wrote(s, s->n_past);
 
     if (rows) {
         /* Scoring: every row's logits (xb holds n_batch rows). */

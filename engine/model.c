@@ -217,6 +217,10 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
     if (!m->arch)
         return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)", file,
                        m->cfg.architecture, arch_supported_list());
+    /* A window in the config of an architecture without one is not used:
+     * cleared, so that the config alone says which layers have one. */
+    if (!m->arch->sliding_window)
+        m->cfg.sliding_window = m->cfg.sliding_from_layer = 0;
     snprintf(file, sizeof file, "%s/generation_config.json", dir);
     if ((st = cfg_load_generation(file, &m->gen, e)))
         return st;

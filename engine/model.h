@@ -103,17 +103,22 @@ struct engine_session {
     engine_kv_type kv_type;    /* the cache's element type (CUDA: resolved from AUTO at creation) */
     int n_batch;               /* most tokens evaluated in one pass       */
     int n_past;                /* tokens already in the cache             */
+    int kv_ring;               /* rows of each sliding-window layer's cache, a ring (model_kv_ring); 0: none */
+    int kv_end;                /* one past the last position written since the context was empty (a
+                                  dropped CUDA step's included): what a ring may have overwritten */
     k_ctx kc;                  /* threads and scratch for the kernels     */
     void *block;               /* the one allocation everything below lives in */
     uint64_t block_bytes;
     uint64_t kv_bytes;         /* K and V, their scales included          */
-    /* The CPU's caches, each layer's part a k_kv (kernels.h) of kv_type: */
-    void *k_cache;             /* [n_layers, n_ctx, n_kv_heads, head_dim] */
-    void *v_cache;             /* [n_layers, n_ctx, n_kv_heads, head_dim] */
-    float *k_scales;           /* INT8/FP8: [n_layers, n_ctx, n_kv_heads]; else NULL */
-    float *v_scales;           /* INT8/FP8: [n_layers, n_ctx, n_kv_heads]; else NULL */
-    float *k_new;              /* not F32: [n_batch, n_kv_heads*head_dim] a pass's k before it is stored; else NULL */
-    float *v_new;              /* not F32: [n_batch, n_kv_heads*head_dim] likewise v */
+    /* The CPU's caches, each layer's part a k_kv (kernels.h) of kv_type,
+     * the layers' parts one after another (model_kv_row0): */
+    void *k_cache;             /* [layers' rows, n_kv_heads, head_dim]     */
+    void *v_cache;             /* [layers' rows, n_kv_heads, head_dim]     */
+    float *k_scales;           /* INT8/FP8: [layers' rows, n_kv_heads]; else NULL */
+    float *v_scales;           /* INT8/FP8: [layers' rows, n_kv_heads]; else NULL */
+    float *k_new;              /* not F32, or a ring: [n_batch, n_kv_heads*head_dim] a pass's k before it is
+                                  stored; else NULL */
+    float *v_new;              /* likewise v                              */
     float *x;                  /* [n_batch, dim] residual stream          */
     float *xb;                 /* [n_batch, dim]                          */
     float *q;                  /* [n_batch, n_heads*head_dim]             */
@@ -129,6 +134,67 @@ struct engine_session {
     bool device_logits;        /* CUDA: the device holds them (copied on demand) */
     err_buf err;
 };
+
+/*
+ * The KV cache's shape, which both backends and the planner share. Layer l
+ * attends to the last model_layer_window(c, l) positions (0: all of them);
+ * cfg.sliding_window is 0 for an architecture without windows (model.c).
+ */
+static inline int model_layer_window(const cfg_model *c, int l)
+{
+    return c->sliding_window > 0 && l >= c->sliding_from_layer ? c->sliding_window : 0;
+}
+
+/*
+ * A window layer keeps only its last positions, in a ring of
+ * window + n_batch + 1 rows (position p at row p % ring). A pass of n <=
+ * n_batch tokens at pos0 stores its n rows before it reads back to
+ * pos0 - window + 1: window + n - 1 rows. CUDA's greedy decode keeps up to two
+ * steps queued; when it drops them (cuda_greedy_drop) their rows are
+ * written, and the last token is evaluated again (refresh_logits) with the
+ * rows of the next two positions in the ring: window + 2 rows. The +1
+ * covers both at n_batch 1. Returns 0 (no ring: every layer holds n_ctx
+ * rows, position p at row p) where no layer has a window or the ring would
+ * not be smaller than n_ctx.
+ */
+static inline int model_kv_ring(const cfg_model *c, int n_ctx, int n_batch)
+{
+    if (c->sliding_window <= 0 || c->sliding_from_layer >= c->n_layers)
+        return 0;
+    const int64_t r = (int64_t)c->sliding_window + n_batch + 1;
+    return r < n_ctx ? (int)r : 0;
+}
+
+/* Rows of layer l's cache: the ring for a window layer (ring > 0), else n_ctx. */
+static inline int model_kv_rows(const cfg_model *c, int l, int n_ctx, int ring)
+{
+    return ring > 0 && model_layer_window(c, l) > 0 ? ring : n_ctx;
+}
+
+/* Rows of the layers before l: the layers' caches lie one after another in
+ * K (and in V, and in their scales); l = n_layers gives the total. */
+static inline uint64_t model_kv_row0(const cfg_model *c, int l, int n_ctx, int ring)
+{
+    uint64_t r = 0;
+    for (int i = 0; i < l; i++)
+        r += (uint64_t)model_kv_rows(c, i, n_ctx, ring);
+    return r;
+}
+
+/* Note that positions up to end - 1 have been written into the cache. */
+static inline void session_wrote(engine_session *s, int end)
+{
+    if (end > s->kv_end)
+        s->kv_end = end;
+}
+
+/*
+ * Whether the context cut back to its first k tokens can go on: the next
+ * pass at position k needs, in each window layer, the rows of positions
+ * k - window + 1 .. k - 1, which the ring holds unless a position a ring's
+ * length later has been written since (s->kv_end).
+ */
+bool session_kv_holds(const engine_session *s, int k);
 
 /*
  * Buffers planned once: n bytes at the running offset *off, rounded up to

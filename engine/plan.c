@@ -331,7 +331,7 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->emb_row = (uint64_t)c->dim * k_dtype_size(wt);
     const uint64_t act = plan_session_layout(c, wt, batch_of(p, n_ctx), n_ctx, w->deq_elems, PLAN_ARGMAX_SCRATCH,
                                              NULL, NULL);
-    in->kv = plan_kv_bytes(c, kv, n_ctx);
+    in->kv = plan_kv_bytes(c, kv, n_ctx, batch_of(p, n_ctx));
     in->act = round_up(act, PLAN_GRANULARITY) + round_up(PLAN_WORKSPACE, PLAN_GRANULARITY);
     in->context = p->cuda_context_bytes;
     in->budget = p->vram_budget;
@@ -696,9 +696,12 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->kv_bytes_per_token = plan_kv_token_bytes(c, run.kv);
     t->full_ctx_tokens_per_second = full_ctx_tps(&run);
     t->n_batch = batch_of(&p, n_ctx);
+    t->kv_ring_rows = model_kv_ring(c, n_ctx, t->n_batch);
+    for (int l = 0; l < c->n_layers && t->kv_ring_rows > 0; l++)
+        t->kv_window_layers += model_layer_window(c, l) > 0;
 
-    /* Rows: the embeddings, the layers, the output head. */
-    const uint64_t kv_layer = c->n_layers > 0 ? in.kv / (uint64_t)c->n_layers : 0;
+    /* Rows: the embeddings, the layers (each with its own cache: a window layer's may be a ring), the output
+     * head. */
     engine_plan_entry *r = plan->entries;
     const char *dense = plan_format_label(&m->tok_emb, ENGINE_QUANT_NONE, m->tok_emb.dtype);
     r[0] = (engine_plan_entry){ENGINE_PLAN_EMBEDDINGS, -1, in.tied ? "tied" : dense, in.emb,
@@ -709,7 +712,8 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
         const bool host = str && chosen.fits && is_hosted(l, &chosen, c->n_layers);
         r[1 + l] = (engine_plan_entry){ENGINE_PLAN_LAYER, l, w.format, w.layer[l],
                                        host ? ENGINE_PLACE_HOST : str ? ENGINE_PLACE_STREAMED : ENGINE_PLACE_RESIDENT,
-                                       kv_layer, str && !host ? w.layer_mats[l] : 0};
+                                       plan_kv_layer_bytes(c, run.kv, l, n_ctx, t->n_batch),
+                                       str && !host ? w.layer_mats[l] : 0};
     }
     const k_weight *head_w = in.tied ? &m->tok_emb : &m->lm_head;
     r[1 + c->n_layers] = (engine_plan_entry){ENGINE_PLAN_OUTPUT, -1, plan_format_label(head_w, ENGINE_QUANT_NONE,

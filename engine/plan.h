@@ -93,15 +93,19 @@ void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_
                         uint64_t *act);
 
 /*
- * The KV cache's layout, which the backends share: K and V each
- * [n_layers, n_ctx, n_kv_heads, head_dim] in type t (4, 2 or 1 bytes an
- * element); INT8 and FP8 add an fp32 scale per (layer, position, kv head)
- * for K and for V each, [n_layers, n_ctx, n_kv_heads]. No padding between
- * the parts, so the bytes are exactly n_ctx times the bytes of a token.
- * t must be resolved (not AUTO).
+ * The KV cache's layout, which the backends share: K and V each hold every
+ * layer's rows, one layer after another, [rows, n_kv_heads, head_dim] in
+ * type t (4, 2 or 1 bytes an element); INT8 and FP8 add an fp32 scale per
+ * (row, kv head) for K and for V each, [rows, n_kv_heads] likewise. A
+ * layer's rows are n_ctx, or for a sliding-window layer the ring
+ * model_kv_ring(c, n_ctx, n_batch) where there is one (n_batch: the
+ * session's tokens a pass). No padding between the parts, so the bytes
+ * are exactly the rows times the bytes of a row. t must be resolved (not
+ * AUTO).
  */
-uint64_t plan_kv_token_bytes(const cfg_model *c, engine_kv_type t); /* one token, all layers, K and V */
-uint64_t plan_kv_bytes(const cfg_model *c, engine_kv_type t, int n_ctx);
+uint64_t plan_kv_token_bytes(const cfg_model *c, engine_kv_type t); /* one position in every layer, K and V */
+uint64_t plan_kv_layer_bytes(const cfg_model *c, engine_kv_type t, int layer, int n_ctx, int n_batch);
+uint64_t plan_kv_bytes(const cfg_model *c, engine_kv_type t, int n_ctx, int n_batch);
 
 /* The type AUTO means where everything fits: fp16 (8x less rounding than
  * bf16 in the same bytes), fp32 for fp32 models (cuda_session_create). */

@@ -245,7 +245,7 @@ void plan_session_bytes(const cfg_model *c, k_dtype wt, int n_ctx, uint64_t deq_
 {
     const int nb = n_ctx < PLAN_CUDA_BATCH ? n_ctx : PLAN_CUDA_BATCH;
     *act = plan_session_layout(c, wt, nb, n_ctx, deq_elems, PLAN_ARGMAX_SCRATCH, NULL, NULL);
-    *kv = plan_kv_bytes(c, plan_kv_default(wt), n_ctx);
+    *kv = plan_kv_bytes(c, plan_kv_default(wt), n_ctx, nb);
 }
 
 /* ---------------------------------------------------------------- KV cache */
@@ -255,20 +255,35 @@ engine_kv_type plan_kv_default(k_dtype wt)
     return wt == K_F32 ? ENGINE_KV_F32 : ENGINE_KV_F16;
 }
 
-uint64_t plan_kv_token_bytes(const cfg_model *c, engine_kv_type t)
+/* One kv head's row of K (or of V) at one position, its scale included. */
+static uint64_t head_row_bytes(const cfg_model *c, engine_kv_type t)
 {
-    const uint64_t heads = (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads, hd = (uint64_t)c->head_dim;
-    uint64_t per_head; /* one kv head's row of K (or of V) at one position */
+    const uint64_t hd = (uint64_t)c->head_dim;
     switch (t) {
-    case ENGINE_KV_F32: per_head = 4 * hd; break;
+    case ENGINE_KV_F32: return 4 * hd;
     case ENGINE_KV_INT8:
-    case ENGINE_KV_FP8: per_head = hd + sizeof(float); break; /* a byte an element and the row's scale */
-    default: per_head = 2 * hd; break;                       /* f16, bf16 */
+    case ENGINE_KV_FP8: return hd + sizeof(float); /* a byte an element and the row's scale */
+    default: return 2 * hd;                       /* f16, bf16 */
     }
-    return 2 * heads * per_head;
 }
 
-uint64_t plan_kv_bytes(const cfg_model *c, engine_kv_type t, int n_ctx)
+uint64_t plan_kv_token_bytes(const cfg_model *c, engine_kv_type t)
 {
-    return n_ctx > 0 ? (uint64_t)n_ctx * plan_kv_token_bytes(c, t) : 0;
+    return 2 * (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * head_row_bytes(c, t);
+}
+
+uint64_t plan_kv_layer_bytes(const cfg_model *c, engine_kv_type t, int layer, int n_ctx, int n_batch)
+{
+    if (n_ctx <= 0 || layer < 0 || layer >= c->n_layers)
+        return 0;
+    const int rows = model_kv_rows(c, layer, n_ctx, model_kv_ring(c, n_ctx, n_batch));
+    return 2 * (uint64_t)rows * (uint64_t)c->n_kv_heads * head_row_bytes(c, t);
+}
+
+uint64_t plan_kv_bytes(const cfg_model *c, engine_kv_type t, int n_ctx, int n_batch)
+{
+    if (n_ctx <= 0)
+        return 0;
+    const uint64_t rows = model_kv_row0(c, c->n_layers, n_ctx, model_kv_ring(c, n_ctx, n_batch));
+    return 2 * rows * (uint64_t)c->n_kv_heads * head_row_bytes(c, t);
 }

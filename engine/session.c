@@ -42,19 +42,23 @@ static size_t layout(engine_session *s, char *base)
     s->tokens = carve(base, &off, ctx * sizeof(int32_t), ALIGN);
     if (s->model->device != ENGINE_DEVICE_CPU)
         return off; /* the rest lives on the device */
-    /* K, V, then (INT8, FP8) K's scales and V's: the CUDA session's order. */
+    /* K, V, then (INT8, FP8) K's scales and V's: the CUDA session's order.
+     * Each has every layer's rows, n_ctx or a window layer's ring. */
     const k_kv_type kt = (k_kv_type)s->kv_type;
-    const uint64_t one = (uint64_t)c->n_layers * ctx * kvd * k_kv_elem_size(kt);
-    const uint64_t scales = k_kv_has_scales(kt) ? (uint64_t)c->n_layers * ctx * c->n_kv_heads * sizeof(float) : 0;
+    const uint64_t rows = model_kv_row0(c, c->n_layers, s->n_ctx, s->kv_ring);
+    const uint64_t one = rows * kvd * k_kv_elem_size(kt);
+    const uint64_t scales = k_kv_has_scales(kt) ? rows * c->n_kv_heads * sizeof(float) : 0;
     s->k_cache = carve(base, &off, one, ALIGN);
     s->v_cache = carve(base, &off, one, ALIGN);
     s->k_scales = scales ? carve(base, &off, scales, ALIGN) : NULL;
     s->v_scales = scales ? carve(base, &off, scales, ALIGN) : NULL;
     s->kv_bytes = 2 * (one + scales);
-    /* fp32 k and v go straight into an fp32 cache; other types are stored
-     * from these once the pass has normed and rotated them. */
-    s->k_new = kt != K_KV_F32 ? carve(base, &off, nb * kvd * sizeof(float), ALIGN) : NULL;
-    s->v_new = kt != K_KV_F32 ? carve(base, &off, nb * kvd * sizeof(float), ALIGN) : NULL;
+    /* fp32 k and v go straight into an fp32 cache; other types, and rings
+     * (where a pass's rows may wrap), are stored from these once the pass
+     * has normed and rotated them. */
+    const bool staged = kt != K_KV_F32 || s->kv_ring > 0;
+    s->k_new = staged ? carve(base, &off, nb * kvd * sizeof(float), ALIGN) : NULL;
+    s->v_new = staged ? carve(base, &off, nb * kvd * sizeof(float), ALIGN) : NULL;
     s->x = carve(base, &off, nb * c->dim * sizeof(float), ALIGN);
     s->xb = carve(base, &off, nb * c->dim * sizeof(float), ALIGN);
     s->q = carve(base, &off, nb * qd * sizeof(float), ALIGN);
@@ -115,6 +119,7 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
         s->kv_type = ENGINE_KV_F32;
     const int batch = p.n_batch > 0 ? p.n_batch : m->device == ENGINE_DEVICE_CPU ? BATCH_MAX : PLAN_CUDA_BATCH;
     s->n_batch = n_ctx < batch ? n_ctx : batch;
+    s->kv_ring = model_kv_ring(c, n_ctx, s->n_batch);
     s->kc.n_threads = m->n_threads;
     int max_cols = c->dim;
     if (c->n_heads * c->head_dim > max_cols)
@@ -172,7 +177,7 @@ void engine_session_free(engine_session *s)
 void engine_session_reset(engine_session *s)
 {
     if (s) {
-        s->n_past = 0;
+        s->n_past = s->kv_end = 0;
         s->have_logits = s->device_logits = false;
     }
 }
@@ -190,6 +195,14 @@ int engine_session_n_ctx(const engine_session *s)
 const char *engine_session_last_error(const engine_session *s)
 {
     return s ? s->err.msg : "";
+}
+
+bool session_kv_holds(const engine_session *s, int k)
+{
+    if (s->kv_ring <= 0 || k <= 0)
+        return true;
+    const int first = k - s->model->cfg.sliding_window + 1; /* the oldest position the next pass reads */
+    return (int64_t)(first > 0 ? first : 0) + s->kv_ring >= s->kv_end;
 }
 
 /* n more ids fit the context and each is in the vocabulary; else the error in s->err. */

@@ -286,7 +286,9 @@ ENGINE_API engine_session_params engine_session_default_params(void);
 
 /*
  * A session holds the KV cache and every activation buffer, all sized once
- * here from n_ctx: nothing grows per token. Several sessions may share one
+ * here from n_ctx: nothing grows per token. A sliding-window layer's cache
+ * holds only its last window + n_batch + 1 positions, as a ring, where that
+ * is below n_ctx (see engine_session_reuse). Several sessions may share one
  * model. Free sessions before their model.
  */
 ENGINE_API engine_status engine_session_create(engine_model *model, const engine_session_params *params,
@@ -543,7 +545,8 @@ typedef struct engine_plan_entry {
     const char *format;          /* "bf16", "f16", "f32", "int8", "int8-g128", "nf4", "nf4-dq", "fp4", "tied"; static */
     uint64_t weight_bytes;       /* bytes on the device in that format                              */
     engine_placement placement;
-    uint64_t kv_bytes;           /* this layer's K and V cache (always on the device); 0 otherwise  */
+    uint64_t kv_bytes;           /* this layer's K and V cache (always on the device; a window
+                                    layer's ring where it has one); 0 otherwise                     */
     uint64_t bytes_per_token;    /* host-to-device bytes per decoded token; 0 when resident or
                                     computed on the host                                            */
 } engine_plan_entry;
@@ -581,8 +584,9 @@ typedef struct engine_plan_totals {
                                     the longest of streamed / PCIe, hosted / host rate and
                                     (streamed + hosted) / shared_gbps (0: the first two only)       */
     engine_kv_type kv_type;      /* the KV cache type planned: params.kv_type, or AUTO's choice     */
-    uint64_t kv_bytes_per_token; /* KV cache bytes one token of context takes, all layers (K and V,
-                                    and the scales of int8 and fp8)                                 */
+    uint64_t kv_bytes_per_token; /* KV cache bytes of one position in every layer (K and V, and the
+                                    scales of int8 and fp8): what a token of context takes where no
+                                    layer's cache is a ring (kv_window_layers)                      */
     double full_ctx_tokens_per_second; /* decode bound with the cache full: tokens_per_second's
                                     time plus the whole KV cache read at the HBM rate (0 refused)  */
     int max_ctx_by_kv[6];        /* the longest context (up to the model's maximum, or n_ctx when
@@ -590,6 +594,9 @@ typedef struct engine_plan_totals {
                                     by engine_kv_type; [ENGINE_KV_AUTO]: the longest of them        */
     int n_batch;                 /* prompt tokens a pass the activations were sized for            */
     int kv_auto;                 /* 1: kv_type is AUTO's choice (params.kv_type was AUTO)           */
+    int kv_window_layers;        /* sliding-window layers whose cache is a ring of kv_ring_rows
+                                    positions (their last ones) instead of n_ctx; 0: none           */
+    int kv_ring_rows;            /* window + n_batch + 1 where that is below n_ctx, else 0          */
 } engine_plan_totals;
 
 /* The same plan with the layers quantized to another format (as --quant would). */
@@ -832,6 +839,11 @@ ENGINE_API int engine_tokenizer_has_chat_template(const engine_tokenizer *tok);
  * whole conversation each turn and pass its ids here, so that only the new
  * turn is evaluated (and, where the template re-renders an earlier turn
  * differently, everything from the first token that differs).
+ * Sliding-window layers keep only a ring of window + n_batch + 1 positions
+ * (when that is below n_ctx): a prefix is kept only while the ring still
+ * holds the window before its end. A rewind of up to n_batch + 2 tokens
+ * from the furthest position ever written (since the context was empty)
+ * always is; from further back nothing is kept (*n_reused = 0).
  */
 ENGINE_API engine_status engine_session_reuse(engine_session *s, const int32_t *ids, size_t n, size_t *n_reused);
 

@@ -151,12 +151,15 @@ typedef enum k_kv_type {
 /*
  * One K or V cache of one layer (or the whole cache, as the engine lays it
  * out per layer), as views; nothing here is freed through it.
- *   data    [n_ctx, n_kv_heads, head_dim] elements of `type`: f32, f16 and
+ *   data    [rows, n_kv_heads, head_dim] elements of `type`: f32, f16 and
  *           bf16 as IEEE/brain floats, INT8 as int8_t codes, FP8 as e4m3fn
  *           bytes (sign, 4 exponent bits of bias 7, 3 mantissa bits;
  *           0x7f/0xff are NaN and never written)
- *   scales  INT8/FP8: float [n_ctx, n_kv_heads]; NULL for the float types
- *   value(p, h, i) = decode(data[p, h, i]) * scales[p, h]
+ *   scales  INT8/FP8: float [rows, n_kv_heads]; NULL for the float types
+ *   ring    0: position p at row p (rows = the context); > 0: a sliding
+ *           window layer's ring of `ring` rows, position p at row p % ring
+ *           (the row of p - ring is overwritten when p is stored)
+ *   value(p, h, i) = decode(data[r, h, i]) * scales[r, h], r = p's row
  * A row (one position's one head) is quantized as a whole when it is written
  * (k_kv_store): amax = max |x| over the row's head_dim values;
  *   INT8: scale = amax / 127, code = x / scale rounded to nearest even,
@@ -171,6 +174,7 @@ typedef struct k_kv {
     void *data;
     float *scales;
     k_kv_type type;
+    int ring;
 } k_kv;
 
 /* Bytes per cache element: 4, 2, 2, 1, 1; 0 for a value outside k_kv_type. */
@@ -183,20 +187,26 @@ static inline int k_kv_has_scales(k_kv_type t)
 
 /*
  * Store x[n, n_kv_heads, head_dim] as the cache rows of positions
- * pos0 .. pos0+n-1, quantizing each (position, head) row as k_kv describes.
+ * pos0 .. pos0+n-1 (a ring's wrap around; n at most its rows, or two
+ * positions would race for a row), quantizing each (position, head) row as
+ * k_kv describes.
  */
 void k_kv_store(const k_ctx *c, const k_kv *kv, const float *x, int n, int pos0, int n_kv_heads, int head_dim);
 
-/* Row `row` (= position * n_kv_heads + head) of the cache decoded to out[head_dim]: the reference decoding. */
+/* Row `row` (= the position's row * n_kv_heads + head) of the cache decoded to out[head_dim]: the reference
+ * decoding. */
 void k_kv_load(const k_kv *kv, size_t row, int head_dim, float *out);
 
 /*
  * Causal attention of n new tokens at positions pos0 .. pos0+n-1 against the
- * cache. q[n, n_heads, head_dim]; k and v [n_ctx, n_kv_heads, head_dim] (any
- * k_kv_type, decoded element by element as they are read; never expanded)
- * already hold positions 0 .. pos0+n-1; out[n, n_heads, head_dim]. window > 0
- * limits each token to the last `window` positions (itself included).
- * Needs c->scratch_per_thread >= pos0 + n.
+ * cache. q[n, n_heads, head_dim]; k and v (any k_kv_type, decoded element
+ * by element as they are read; never expanded; the same ring) already hold
+ * positions 0 .. pos0+n-1, or for a ring at least pos0-window+1 ..
+ * pos0+n-1 (ring >= window + n - 1); out[n, n_heads, head_dim]. window > 0
+ * limits each token to the last `window` positions (itself included); a
+ * ring needs one. Keys are summed in position order whatever their rows,
+ * so a ring gives the bits the whole cache gives. Needs
+ * c->scratch_per_thread >= pos0 + n.
  */
 void k_attention_kv(const k_ctx *c, float *out, const float *q, const k_kv *k, const k_kv *v, int n, int pos0,
                     int n_heads, int n_kv_heads, int head_dim, int window);

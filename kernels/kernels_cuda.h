@@ -107,9 +107,10 @@ int launch_copy_f32(launch_ctx *c, float *y, const float *x, int n);
  *   2. per-head RMSNorm of q and k with q_norm/k_norm [hd] when not NULL;
  *   3. RoPE, rotate-half (pairs i, i + hd/2), from tables cos/sin [n_ctx, hd/2];
  *   4. q written to q_out [n, nh*hd] fp32; k and v written into the cache
- *      rows *pos0 + t of k_cache/v_cache [n_ctx, nkv*hd] (type kvt; int8
- *      and fp8 rows with their scales in k_scale/v_scale [n_ctx, nkv], as
- *      kernels.h's k_kv describes).
+ *      rows of positions *pos0 + t of k_cache/v_cache [rows, nkv*hd] (type
+ *      kvt; int8 and fp8 rows with their scales in k_scale/v_scale
+ *      [rows, nkv], as kernels.h's k_kv describes): row p, or p % ring
+ *      where the layer's cache is a sliding window's ring (ring > 0).
  */
 typedef struct rope_qkv_args {
     unsigned *out_max; /* decode attention: max |out| as float bits, atomically (zero before); or NULL */
@@ -119,8 +120,9 @@ typedef struct rope_qkv_args {
     const float *cos, *sin;
     float *q_out;
     void *k_cache, *v_cache;
-    float *k_scale, *v_scale; /* INT8/FP8 caches: [n_ctx, nkv]; else unused */
+    float *k_scale, *v_scale; /* INT8/FP8 caches: [rows, nkv]; else unused */
     k_kv_type kvt;
+    int ring;          /* the cache's rows when it is a ring (position p at row p % ring), 0: p at row p */
     const int *pos0;
     int n, n_heads, n_kv_heads, head_dim;
     /* Decode attention's portable merge: partial results [n_kv_heads * 16 *
@@ -155,11 +157,14 @@ int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, float *out, i
  * Causal attention of n new tokens at positions pos0 .. pos0+n-1 (host value)
  * against the cache, which already holds positions 0 .. pos0+n-1. Tiled over
  * keys with an online softmax: the n x (pos0+n) score matrix never exists in
- * memory. q [n, nh*hd] fp32; out [n, nh*hd] (ot). window as above.
+ * memory. q [n, nh*hd] fp32; out [n, nh*hd] (ot). window as above. ring > 0:
+ * the cache is a ring of that many rows (position p at row p % ring,
+ * rope_qkv_args.ring) holding at least positions pos0 - window + 1 ..
+ * pos0+n-1 (ring >= window + n - 1), which needs a window.
  */
 int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
                              const void *v_cache, const float *k_scale, const float *v_scale, k_kv_type kvt, int n,
-                             int pos0, int n_heads, int n_kv_heads, int head_dim, int window);
+                             int pos0, int n_heads, int n_kv_heads, int head_dim, int window, int ring);
 
 /* h[n, ffn] (ht) = silu(gu[t, j]) * gu[t, ffn + j]; gu [n, 2*ffn] fp32 (gate then up per row). */
 int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, int ffn);

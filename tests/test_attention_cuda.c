@@ -6,6 +6,10 @@
  * cores), on fresh random inputs with the outputs and the cache poisoned
  * with NaN first. The CPU reference reads the cache as k_kv_store wrote
  * it, so the comparison measures the kernel, not the cache's rounding.
+ * Sliding-window rings (position p at row p % ring): rope_qkv writing a
+ * wrapping pass, prefill attention over a ring giving the whole cache's
+ * bits; decode over a ring (check_decode_ring) waits for the decode
+ * kernel's ring (DECODE_RING).
  * Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -86,16 +90,35 @@ static void kv_free(test_kv *t)
 }
 
 
-/* q/k/v post-processing: CPU bias + per-head RMSNorm + RoPE against launch_rope_qkv. */
+/* The nkv rows of positions p0 .. p0+n-1 of a device cache, decoded, from row p (p % ring in a ring). */
+static float *kv_read_pos(const test_kv *t, int p0, int n, int nkv, int ring)
+{
+    float *out = malloc((size_t)n * nkv * t->hd * sizeof *out);
+    for (int i = 0; i < n; i++) {
+        const int p = p0 + i, at = ring > 0 ? p % ring : p;
+        float *r = kv_read(t, (size_t)at * nkv, (size_t)nkv);
+        memcpy(out + (size_t)i * nkv * t->hd, r, (size_t)nkv * t->hd * sizeof *r);
+        free(r);
+    }
+    return out;
+}
+
+/*
+ * q/k/v post-processing: CPU bias + per-head RMSNorm + RoPE against
+ * launch_rope_qkv, into a whole cache and into a sliding window's ring of
+ * 8 rows (5 tokens at 14..18: rows 6, 7, 0, 1, 2; RoPE by position).
+ */
 static void test_rope_qkv(launch_ctx *lc)
 {
     static const int cfg[][4] = {/* heads, kv heads, head_dim, qk norm */
                                  {8, 4, 8, 0}, {4, 2, 16, 1}, {4, 2, 32, 1}, {32, 8, 128, 0}, {16, 16, 64, 1}, {4, 1, 256, 1}};
-    for (int ti = 0; ti < 5; ti++)
+    for (int ti = 0; ti < 10; ti++) /* each type into a whole cache, then into a ring */
         for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
-            const k_kv_type kvt = KV_TYPES[ti];
+            const k_kv_type kvt = KV_TYPES[ti % 5];
+            const int ring = ti < 5 ? 0 : 8;
             const int nh = cfg[ci][0], nkv = cfg[ci][1], hd = cfg[ci][2], norm = cfg[ci][3];
-            const int n = 3, pos0 = 17, ctx = 40, half = hd / 2, width = (nh + 2 * nkv) * hd, kvd = nkv * hd;
+            const int n = ring ? 5 : 3, pos0 = ring ? 14 : 17, ctx = 40, half = hd / 2, width = (nh + 2 * nkv) * hd;
+            const int kvd = nkv * hd, rows = ring ? ring : ctx;
             float *qkv = malloc((size_t)n * width * sizeof *qkv), *bias = malloc((size_t)width * sizeof *bias);
             float *qn = malloc((size_t)hd * sizeof *qn), *kn = malloc((size_t)hd * sizeof *kn);
             float *cs = malloc((size_t)ctx * half * sizeof *cs), *sn = malloc((size_t)ctx * half * sizeof *sn);
@@ -116,18 +139,18 @@ static void test_rope_qkv(launch_ctx *lc)
             int *dpos = dev_from(&pos, sizeof pos);
             float *dq = dev_alloc((size_t)n * nh * hd * sizeof(float));
             test_kv K, V;
-            kv_make(&K, kvt, ctx, nkv, hd);
-            kv_make(&V, kvt, ctx, nkv, hd);
+            kv_make(&K, kvt, rows, nkv, hd);
+            kv_make(&V, kvt, rows, nkv, hd);
             rope_qkv_args a = {.qkv = dqkv, .bias = db, .q_norm = norm ? dqn : NULL, .k_norm = norm ? dkn : NULL,
                                .eps = 1e-6f, .cos = dcs, .sin = dsn, .q_out = dq, .k_cache = K.d, .v_cache = V.d,
-                               .k_scale = K.d_scales, .v_scale = V.d_scales, .kvt = kvt, .pos0 = dpos, .n = n,
-                               .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd};
+                               .k_scale = K.d_scales, .v_scale = V.d_scales, .kvt = kvt, .ring = ring, .pos0 = dpos,
+                               .n = n, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd};
             CHECK_MSG(launch_rope_qkv(lc, &a) == 0, "%s", lc->err);
             /* CPU */
             k_ctx kc = cpu_ctx(hd);
             float *rq = malloc((size_t)n * nh * hd * sizeof *rq), *rk = malloc((size_t)n * kvd * sizeof *rk);
             float *rv = malloc((size_t)n * kvd * sizeof *rv);
-            int poss[3] = {pos0, pos0 + 1, pos0 + 2};
+            int poss[5] = {pos0, pos0 + 1, pos0 + 2, pos0 + 3, pos0 + 4};
             for (int t = 0; t < n; t++)
                 for (int j = 0; j < width; j++) {
                     float v = qkv[(size_t)t * width + j] + bias[j];
@@ -146,15 +169,14 @@ static void test_rope_qkv(launch_ctx *lc)
             k_rope(&kc, rq, n, nh, hd, poss, cs, sn);
             k_rope(&kc, rk, n, nkv, hd, poss, cs, sn);
             float *gq = host_f32(dq, K_F32, (size_t)n * nh * hd);
-            float *gk = kv_read(&K, (size_t)pos0 * nkv, (size_t)n * nkv);
-            float *gv = kv_read(&V, (size_t)pos0 * nkv, (size_t)n * nkv);
+            float *gk = kv_read_pos(&K, pos0, n, nkv, ring), *gv = kv_read_pos(&V, pos0, n, nkv, ring);
             double eq = rel_err_f(gq, rq, (size_t)n * nh * hd), ek = rel_err_f(gk, rk, (size_t)n * kvd);
             double ev = rel_err_f(gv, rv, (size_t)n * kvd);
             CHECK_MSG(eq < 2e-5 && ek < kv_tol(kvt) && ev < kv_tol(kvt),
-                      "rope_qkv %s heads %d/%d hd %d norm %d: q %.2e k %.2e v %.2e", kv_name(kvt), nh, nkv, hd,
-                      norm, eq, ek, ev);
-            /* Rows other than the new ones are untouched (still the poison). */
-            float *before = kv_read(&K, 0, (size_t)nkv);
+                      "rope_qkv %s heads %d/%d hd %d norm %d ring %d: q %.2e k %.2e v %.2e", kv_name(kvt), nh, nkv,
+                      hd, norm, ring, eq, ek, ev);
+            /* Rows other than the new ones are untouched (still the poison): row 0, or the ring's row 3. */
+            float *before = kv_read(&K, (size_t)(ring ? 3 : 0) * nkv, (size_t)nkv);
             CHECK(before[0] != before[0]);
             free(before);
             free(gq), free(gk), free(gv), free(rq), free(rk), free(rv), free(kc.scratch);
@@ -186,7 +208,7 @@ static void check_attention(launch_ctx *lc, k_kv_type kvt, k_dtype ot, int nh, i
     float *dq = dev_copy(q, (size_t)n * nh * hd);
     void *dout = dev_alloc((size_t)n * nh * hd * k_dtype_size(ot));
     int rc = launch_attention_prefill(lc, dout, ot, dq, K.d, V.d, K.d_scales, V.d_scales, kvt, n, pos0, nh, nkv, hd,
-                                      window);
+                                      window, 0);
     if (rc != 0 && strstr(lc->err, "shared memory") && lc->smem_max < LESSER_SMEM) {
         printf("test_kernels_cuda: refused at %zu bytes of shared memory: %s\n", lc->smem_max, lc->err);
         free(kv), free(vv), free(q), kv_free(&K), kv_free(&V);
@@ -207,6 +229,197 @@ static void check_attention(launch_ctx *lc, k_kv_type kvt, k_dtype ot, int nh, i
     cudaFree(dq), cudaFree(dout);
 }
 
+/* ---- sliding-window rings: position p at row p % ring ---- */
+
+/* Store vals [total, nkv, hd] (positions 0 .. total-1) on the host into t as a ring of `ring` rows, a ring's
+ * length at a time (later positions overwrite earlier ones' rows), and upload its rows. */
+static void kv_fill_ring(test_kv *t, const float *vals, int total, int nkv, int ring)
+{
+    k_ctx kc = cpu_ctx(t->hd);
+    t->h.ring = ring;
+    for (int p = 0; p < total; p += ring) {
+        const int m = total - p < ring ? total - p : ring;
+        k_kv_store(&kc, &t->h, vals + (size_t)p * nkv * t->hd, m, p, nkv, t->hd);
+    }
+    const size_t rows = (size_t)(total < ring ? total : ring) * nkv, es = k_kv_elem_size(t->h.type);
+    cudaMemcpy(t->d, t->h.data, rows * t->hd * es, cudaMemcpyHostToDevice);
+    if (t->d_scales)
+        cudaMemcpy(t->d_scales, t->h.scales, rows * sizeof(float), cudaMemcpyHostToDevice);
+    free(kc.scratch);
+}
+
+/*
+ * Prefill attention over a ring of `ring` rows holding the last of pos0 + n
+ * positions: the same bits as over the whole cache (the tiles visit the
+ * same keys in the same order, from other rows), and the CPU's result
+ * within check_attention's tolerance.
+ */
+static void check_attention_ring(launch_ctx *lc, k_kv_type kvt, k_dtype ot, int nh, int nkv, int hd, int n, int pos0,
+                                 int window, int ring)
+{
+    const int total = pos0 + n, kvd = nkv * hd;
+    const size_t kn = (size_t)total * kvd, qn = (size_t)n * nh * hd;
+    float *kv = malloc(kn * sizeof *kv), *vv = malloc(kn * sizeof *vv), *q = malloc(qn * sizeof *q);
+    fill(kv, kn, 1.5);
+    fill(vv, kn, 1.0);
+    fill(q, qn, 1.5);
+    test_kv KW, VW, KR, VR;
+    kv_make(&KR, kvt, ring, nkv, hd);
+    kv_make(&VR, kvt, ring, nkv, hd);
+    kv_fill_ring(&KR, kv, total, nkv, ring);
+    kv_fill_ring(&VR, vv, total, nkv, ring);
+    kv_make(&KW, kvt, total, nkv, hd); /* the whole cache; kv and vv become what it holds */
+    kv_make(&VW, kvt, total, nkv, hd);
+    kv_fill(&KW, kv, total, nkv, KW.rows);
+    kv_fill(&VW, vv, total, nkv, VW.rows);
+    float *dq = dev_copy(q, qn);
+    void *dring = dev_alloc(qn * k_dtype_size(ot)), *dwhole = dev_alloc(qn * k_dtype_size(ot));
+    int rc = launch_attention_prefill(lc, dring, ot, dq, KR.d, VR.d, KR.d_scales, VR.d_scales, kvt, n, pos0, nh, nkv,
+                                      hd, window, ring);
+    if (rc == 0)
+        rc = launch_attention_prefill(lc, dwhole, ot, dq, KW.d, VW.d, KW.d_scales, VW.d_scales, kvt, n, pos0, nh, nkv,
+                                      hd, window, 0);
+    if (rc != 0 && strstr(lc->err, "shared memory") && lc->smem_max < LESSER_SMEM) {
+        printf("test_attention_cuda: refused at %zu bytes of shared memory: %s\n", lc->smem_max, lc->err);
+    } else {
+        CHECK_MSG(rc == 0, "%s", lc->err);
+        const size_t ob = qn * k_dtype_size(ot);
+        unsigned char *a = malloc(ob), *b = malloc(ob);
+        CHECK(cudaMemcpy(a, dring, ob, cudaMemcpyDeviceToHost) == cudaSuccess &&
+              cudaMemcpy(b, dwhole, ob, cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK_MSG(memcmp(a, b, ob) == 0, "attention prefill %s->%s over a ring of %d (n %d pos0 %d window %d hd %d): "
+                                         "not the whole cache's bits",
+                  kv_name(kvt), dtype_name(ot), ring, n, pos0, window, hd);
+        free(a), free(b);
+        float *got = host_f32(dring, ot, qn), *ref = malloc(qn * sizeof *ref);
+        k_ctx kc = cpu_ctx(hd);
+        k_attention(&kc, ref, q, kv, vv, n, pos0, nh, nkv, hd, window);
+        const double e = rel_err_f(got, ref, qn);
+        const double tol = ot != K_F32 ? out_tol(ot) : k_kv_has_scales(kvt) ? 5e-4 : 5e-5;
+        CHECK_MSG(e < tol, "attention prefill %s->%s ring %d heads %d/%d hd %d n %d pos0 %d window %d: %.2e",
+                  kv_name(kvt), dtype_name(ot), ring, nh, nkv, hd, n, pos0, window, e);
+        free(got), free(ref), free(kc.scratch);
+    }
+    free(kv), free(vv), free(q), kv_free(&KR), kv_free(&VR), kv_free(&KW), kv_free(&VW);
+    cudaFree(dq), cudaFree(dring), cudaFree(dwhole);
+}
+
+/*
+ * Decode over a ring: the kernel writes the new token's k and v at row
+ * pos % ring (poisoned before) and attends over the window, which the
+ * ring holds (ring >= window). For the decode kernel's ring (the lead's
+ * rewrite reads rope_qkv_args.ring); run by test_attention_paths when
+ * DECODE_RING is 1.
+ */
+#define DECODE_RING 0
+static void check_decode_ring(launch_ctx *lc, k_kv_type kvt, int nh, int nkv, int hd, int pos, int window, int ring,
+                              int splits)
+{
+    const int total = pos + 1, kvd = nkv * hd, half = hd / 2, width = (nh + 2 * nkv) * hd, slot = pos % ring;
+    float *kv = malloc((size_t)total * kvd * sizeof *kv), *vv = malloc((size_t)total * kvd * sizeof *vv);
+    fill(kv, (size_t)total * kvd, 1.5);
+    fill(vv, (size_t)total * kvd, 1.0);
+    float *qkv = malloc((size_t)width * sizeof *qkv), *bias = malloc((size_t)width * sizeof *bias);
+    float *cs = malloc((size_t)total * half * sizeof *cs), *sn = malloc((size_t)total * half * sizeof *sn);
+    fill(qkv, (size_t)width, 2.0);
+    fill(bias, (size_t)width, 0.5);
+    for (int p = 0; p < total; p++)
+        for (int i = 0; i < half; i++) {
+            double ang = p * pow(500000.0, -2.0 * i / hd);
+            cs[p * half + i] = (float)cos(ang);
+            sn[p * half + i] = (float)sin(ang);
+        }
+    /* Device: the ring of positions 0 .. pos-1, row pos % ring poisoned (the kernel must write it). */
+    test_kv K, V, KW, VW;
+    kv_make(&K, kvt, ring, nkv, hd);
+    kv_make(&V, kvt, ring, nkv, hd);
+    kv_fill_ring(&K, kv, pos, nkv, ring);
+    kv_fill_ring(&V, vv, pos, nkv, ring);
+    const size_t es = k_kv_elem_size(kvt);
+    cudaMemset((char *)K.d + (size_t)slot * kvd * es, 0xff, (size_t)kvd * es);
+    cudaMemset((char *)V.d + (size_t)slot * kvd * es, 0xff, (size_t)kvd * es);
+    if (K.d_scales) {
+        cudaMemset(K.d_scales + (size_t)slot * nkv, 0xff, (size_t)nkv * sizeof(float));
+        cudaMemset(V.d_scales + (size_t)slot * nkv, 0xff, (size_t)nkv * sizeof(float));
+    }
+    /* Host: the whole cache, positions 0 .. pos-1 decoded into kv and vv (nothing uploaded). */
+    kv_make(&KW, kvt, total, nkv, hd);
+    kv_make(&VW, kvt, total, nkv, hd);
+    kv_fill(&KW, kv, pos, nkv, 0);
+    kv_fill(&VW, vv, pos, nkv, 0);
+    float *dqkv = dev_copy(qkv, (size_t)width), *db = dev_copy(bias, (size_t)width);
+    float *dcs = dev_copy(cs, (size_t)total * half), *dsn = dev_copy(sn, (size_t)total * half);
+    int *dpos = dev_from(&pos, sizeof pos);
+    float *dout = dev_alloc((size_t)nh * hd * sizeof(float));
+    uint32_t *dmax = dev_alloc(sizeof(uint32_t));
+    cudaMemset(dmax, 0, sizeof(uint32_t));
+    const size_t part_n = (size_t)32 * (nh * hd + 2 * nh);
+    float *dpart = dev_alloc(part_n * sizeof(float));
+    unsigned *dcount = dev_alloc((size_t)nh * sizeof(unsigned));
+    cudaMemset(dpart, 0xff, part_n * sizeof(float));
+    cudaMemset(dcount, 0, (size_t)nh * sizeof(unsigned));
+    rope_qkv_args a = {.out_max = dmax, .qkv = dqkv, .bias = db, .eps = 1e-6f, .cos = dcs, .sin = dsn,
+                       .k_cache = K.d, .v_cache = V.d, .k_scale = K.d_scales, .v_scale = V.d_scales, .kvt = kvt,
+                       .ring = ring, .pos0 = dpos, .n = 1, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
+                       .part = dpart, .count = dcount};
+    CHECK_MSG(launch_attention_decode(lc, &a, dout, window, splits) == 0, "%s", lc->err);
+    /* CPU: the new row as the whole cache stores it at pos, and attention over the whole cache. */
+    k_ctx kc = cpu_ctx(hd);
+    float *q = malloc((size_t)nh * hd * sizeof *q), *kn_row = kv + (size_t)pos * kvd, *vn_row = vv + (size_t)pos * kvd;
+    for (int j = 0; j < width; j++) {
+        const float v = qkv[j] + bias[j];
+        if (j < nh * hd)
+            q[j] = v;
+        else if (j < nh * hd + kvd)
+            kn_row[j - nh * hd] = v;
+        else
+            vn_row[j - nh * hd - kvd] = v;
+    }
+    int p1[1] = {pos};
+    k_rope(&kc, q, 1, nh, hd, p1, cs, sn);
+    k_rope(&kc, kn_row, 1, nkv, hd, p1, cs, sn);
+    k_kv_store(&kc, &KW.h, kn_row, 1, pos, nkv, hd);
+    k_kv_store(&kc, &VW.h, vn_row, 1, pos, nkv, hd);
+    for (int h = 0; h < nkv; h++) {
+        k_kv_load(&KW.h, (size_t)pos * nkv + h, hd, kn_row + (size_t)h * hd);
+        k_kv_load(&VW.h, (size_t)pos * nkv + h, hd, vn_row + (size_t)h * hd);
+    }
+    float *ref = malloc((size_t)nh * hd * sizeof *ref);
+    k_attention(&kc, ref, q, kv, vv, 1, pos, nh, nkv, hd, window);
+    float *got = host_f32(dout, K_F32, (size_t)nh * hd);
+    float *gk = kv_read(&K, (size_t)slot * nkv, (size_t)nkv), *gv = kv_read(&V, (size_t)slot * nkv, (size_t)nkv);
+    const double e = rel_err_f(got, ref, (size_t)nh * hd), ek = rel_err_f(gk, kn_row, (size_t)kvd);
+    const double ev = rel_err_f(gv, vn_row, (size_t)kvd);
+    const double out_bound = kvt == K_KV_F32 ? 5e-5 : kvt == K_KV_FP8 ? 2e-2 : kvt == K_KV_INT8 ? 1e-2 : 2e-3;
+    CHECK_MSG(e < out_bound && ek < kv_tol(kvt) && ev < kv_tol(kvt),
+              "attention decode %s ring %d heads %d/%d hd %d pos %d window %d splits %d: out %.2e k %.2e v %.2e",
+              kv_name(kvt), ring, nh, nkv, hd, pos, window, splits, e, ek, ev);
+    free(q), free(ref), free(got), free(gk), free(gv), free(kc.scratch), free(kv), free(vv);
+    free(qkv), free(bias), free(cs), free(sn);
+    kv_free(&K), kv_free(&V), kv_free(&KW), kv_free(&VW);
+    cudaFree(dqkv), cudaFree(db), cudaFree(dcs), cudaFree(dsn), cudaFree(dpos), cudaFree(dout), cudaFree(dmax);
+    cudaFree(dpart), cudaFree(dcount);
+}
+
+/* The ring cases of one KV type on the paths lc takes. */
+static void test_ring(launch_ctx *lc, k_kv_type kvt, k_dtype act)
+{
+    /* prefill: wrapping tiles, the smallest ring a pass allows (window + n - 1), the session's (window +
+     * n_batch + 1), one token, tensor-core shapes (head_dim 64, 128) and CUDA-core ones (32, 256, fp32) */
+    check_attention_ring(lc, kvt, act, 4, 2, 32, 20, 100, 8, 8 + 20 + 1);
+    check_attention_ring(lc, kvt, K_F32, 4, 2, 64, 13, 77, 16, 16 + 13 - 1);
+    check_attention_ring(lc, kvt, act, 8, 2, 128, 64, 300, 100, 100 + 64 + 1);
+    check_attention_ring(lc, kvt, K_F32, 8, 8, 128, 130, 1000, 40, 40 + 130 - 1);
+    check_attention_ring(lc, kvt, K_F32, 4, 4, 64, 1, 500, 32, 32 + 1 + 1);
+    check_attention_ring(lc, kvt, act, 8, 2, 256, 40, 90, 16, 16 + 40 + 1);
+    check_attention_ring(lc, kvt, K_F32, 4, 2, 64, 5, 3, 8, 8 + 5 + 1); /* the ring not yet full */
+    if (DECODE_RING) {
+        check_decode_ring(lc, kvt, 4, 2, 32, 100, 8, 8 + 1 + 1, 3);
+        check_decode_ring(lc, kvt, 32, 8, 128, 3999, 1000, 1000 + 512 + 1, 16);
+        check_decode_ring(lc, kvt, 16, 16, 64, 700, 256, 256 + 2, 7);
+        check_decode_ring(lc, kvt, 8, 2, 64, 5, 8, 12, 1); /* the ring not yet full */
+    }
+}
 
 /*
  * Decode: the q/k/v projection output of the new token goes in; the kernel
@@ -386,6 +599,7 @@ static void test_attention_paths(launch_ctx *lc)
         check_attention(lc, kvt, K_F32, 4, 1, 112, 64, 64, 17);
         check_attention(lc, kvt, K_F32, 4, 2, 128, 129, 3, 1);
         check_attention(lc, kvt, K_F32, 4, 4, 128, 300, 1000, 0);
+        test_ring(lc, kvt, act);
     }
 }
 
@@ -401,9 +615,9 @@ int main(void)
     /* Bad arguments fail with a message and launch nothing: heads not a multiple of the kv heads, an int8
      * cache without its scales. */
     CHECK(launch_attention_prefill(&lc, lc.err, K_F32, (float *)lc.err, lc.err, lc.err, NULL, NULL, K_KV_F32, 4, 0, 6,
-                                   4, 16, 0) == -1);
+                                   4, 16, 0, 0) == -1);
     CHECK(launch_attention_prefill(&lc, lc.err, K_F32, (float *)lc.err, lc.err, lc.err, NULL, NULL, K_KV_INT8, 4, 0,
-                                   4, 2, 16, 0) == -1 &&
+                                   4, 2, 16, 0, 0) == -1 &&
           strstr(lc.err, "attention_prefill"));
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     cudaStreamDestroy(lc.stream);

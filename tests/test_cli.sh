@@ -192,6 +192,16 @@ grep -q '^  KV cache  *30.0 KiB  (int8: 6.0 KiB a layer; a token takes 480 B, 96
 grep -q '(f32, chosen by --kv auto:' <("$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 2>/dev/null) || fail "--kv auto not reported"
 "$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 --batch 16 --json 2>/dev/null | jq -e '.totals.n_batch == 16' >/dev/null ||
   fail "--dry-run --batch 16"
+# Sliding-window layers keep a ring of window + n_batch + 1 positions: mistral_sharded (2 layers, window 8, 2 kv
+# heads of 16, f32: 256 B a layer and position) at --batch 4 keeps 13 of its 256; at the default 512 a pass, no ring.
+MISTRAL=$ROOT/tests/data/models/mistral_sharded
+"$INFER" "$MISTRAL" --dry-run --vram 8G --batch 4 --json 2>/dev/null | jq -e '.totals.kv_ring_rows == 13
+  and .totals.kv_window_layers == 2 and .totals.kv_cache == 2 * 13 * 256 and .totals.kv_bytes_per_token == 512
+  and ([.entries[] | select(.part == "layer") | .kv_bytes] == [3328, 3328])' >/dev/null || fail "--dry-run ring"
+"$INFER" "$MISTRAL" --dry-run --vram 8G --json 2>/dev/null | jq -e '.totals.kv_ring_rows == 0
+  and .totals.kv_window_layers == 0 and .totals.kv_cache == 256 * 512' >/dev/null || fail "--dry-run without a ring"
+grep -q '^  KV cache  *6.5 KiB  (f32, chosen by --kv auto: a token takes 512 B, 256 B a layer; 2 window layers, a ring of 13 positions, 3.2 KiB each)' \
+  <("$INFER" "$MISTRAL" --dry-run --vram 8G --batch 4 2>/dev/null) || fail "--dry-run: the ring's KV line"
 # Nothing fits at all: the refusal says so for every type.
 expect_error "--dry-run refused, per KV type" "needs at least .*int8 KV cache .*no context fits with any KV type" \
   "$INFER" "$MODEL" --dry-run --vram 540M

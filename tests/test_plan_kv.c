@@ -7,7 +7,9 @@
  * sweep against the fixed-type plans, fixed types kept, the longest context
  * each type fits (checked against a hand-computed minimum), and the
  * figures behind the issue's targets (the 8B at 6, 8 and 16 GiB with
- * nf4-dq), which it prints. No device is touched.
+ * nf4-dq), which it prints; sliding-window layers' rings (window + n_batch
+ * + 1 positions) in the bytes, the rows and the longest contexts. No
+ * device is touched.
  */
 #include <math.h>
 
@@ -73,7 +75,7 @@ static void test_kv_bytes(void)
                       "shape %zu %s: %llu a token, %llu in all", si, engine_kv_type_name(types[ti]),
                       (unsigned long long)t->kv_bytes_per_token, (unsigned long long)t->kv_cache);
             CHECK(plan_kv_token_bytes(&m->cfg, types[ti]) == tok &&
-                  plan_kv_bytes(&m->cfg, types[ti], n_ctx) == n_ctx * tok);
+                  plan_kv_bytes(&m->cfg, types[ti], n_ctx, 0) == n_ctx * tok);
             for (int l = 0; l < shapes[si]->n_layers; l++)
                 CHECK(engine_plan_entry_at(p, 1 + (size_t)l)->kv_bytes == (uint64_t)n_ctx * tok / L);
             engine_plan_free(p);
@@ -535,6 +537,85 @@ static void test_targets(void)
     synth_free(m);
 }
 
+/*
+ * Sliding-window layers (issue 34, item 5): each keeps a ring of window +
+ * n_batch + 1 positions where that is below the context, the rest n_ctx.
+ * Mistral 7B's shape (window 4096 on every layer) and the 8B's with a window
+ * from layer 20 on (Qwen's max_window_layers), f16 KV: 4 KiB a layer and
+ * position.
+ */
+static const shape MISTRAL_7B = {4096, 32, 32, 8, 128, 14336, 32000, 32768, false, K_BF16};
+
+static void test_windowed(void)
+{
+    const uint64_t row = 2 * 8 * 128 * 2; /* K and V of 8 kv heads of 128, f16 */
+    engine_model *m = synth(&MISTRAL_7B);
+    m->cfg.sliding_window = 4096;
+    engine_status st;
+    char err[512];
+    const struct {
+        int n_ctx, n_batch, ring;
+    } cases[] = {{32768, 0, 4096 + 512 + 1}, {32768, 64, 4096 + 64 + 1}, {4096, 0, 0}, {4609, 0, 0},
+                 {4610, 0, 4609},          {ENGINE_CTX_MAX, 1, 4098}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        engine_plan_params pp = engine_plan_default_params();
+        pp.vram_budget = 80 * GiB, pp.n_ctx = cases[i].n_ctx, pp.n_batch = cases[i].n_batch;
+        pp.kv_type = ENGINE_KV_F16;
+        engine_plan *p = NULL;
+        CHECK_MSG(engine_plan_create(m, &pp, &p, err, sizeof err) == ENGINE_OK, "%s", err);
+        const engine_plan_totals *t = engine_plan_get_totals(p);
+        const int ctx = t->n_ctx, rows = cases[i].ring ? cases[i].ring : ctx;
+        CHECK_MSG(t->kv_ring_rows == cases[i].ring && t->kv_window_layers == (cases[i].ring ? 32 : 0) &&
+                      t->kv_cache == 32 * (uint64_t)rows * row && t->kv_bytes_per_token == 32 * row,
+                  "ctx %d batch %d: ring %d (%d layers), KV %llu", ctx, cases[i].n_batch, t->kv_ring_rows,
+                  t->kv_window_layers, (unsigned long long)t->kv_cache);
+        CHECK(plan_kv_bytes(&m->cfg, ENGINE_KV_F16, ctx, t->n_batch) == t->kv_cache);
+        for (int l = 0; l < 32; l++)
+            CHECK(engine_plan_entry_at(p, 1 + (size_t)l)->kv_bytes == (uint64_t)rows * row &&
+                  plan_kv_layer_bytes(&m->cfg, ENGINE_KV_F16, l, ctx, t->n_batch) == (uint64_t)rows * row);
+        engine_plan_free(p);
+    }
+    /* The cache no longer grows past the ring: with nf4-dq weights --ctx max (32768) fits all resident in 6 GiB;
+     * in 4 GiB (streaming) the whole context fits with any type, where without the window f16 reaches less. */
+    engine_plan *p = plan_kv(m, 6 * GiB, ENGINE_CTX_MAX, ENGINE_QUANT_NF4_DQ, ENGINE_KV_F16, &st, err, sizeof err);
+    const engine_plan_totals *t = engine_plan_get_totals(p);
+    CHECK_MSG(st == ENGINE_OK && t->n_ctx == 32768 && all_resident(p), "windowed 7B, 6 GiB: %s", err);
+    printf("7B, window 4096, nf4-dq, 6 GiB, ctx 32768: f16 KV %.2f GiB (a ring of %d positions a layer), all "
+           "resident\n",
+           (double)t->kv_cache / GiB, t->kv_ring_rows);
+    engine_plan_free(p);
+    p = plan_kv(m, 4 * GiB, ENGINE_CTX_MAX, ENGINE_QUANT_NF4_DQ, ENGINE_KV_F16, &st, err, sizeof err);
+    t = engine_plan_get_totals(p);
+    CHECK_MSG(st == ENGINE_OK && t->max_ctx_by_kv[ENGINE_KV_F32] == 32768 && t->max_ctx_by_kv[ENGINE_KV_F16] == 32768 &&
+                  t->max_ctx_by_kv[ENGINE_KV_INT8] == 32768,
+              "windowed 7B, 4 GiB: %s; longest f32 %d, f16 %d, int8 %d", err, t->max_ctx_by_kv[ENGINE_KV_F32],
+              t->max_ctx_by_kv[ENGINE_KV_F16], t->max_ctx_by_kv[ENGINE_KV_INT8]);
+    engine_plan_free(p);
+    m->cfg.sliding_window = 0;
+    p = plan_kv(m, 4 * GiB, ENGINE_CTX_MAX, ENGINE_QUANT_NF4_DQ, ENGINE_KV_F16, &st, err, sizeof err);
+    t = engine_plan_get_totals(p);
+    CHECK_MSG(t->max_ctx_by_kv[ENGINE_KV_F16] < 32768 && t->kv_ring_rows == 0 && t->kv_cache == 32768ull * 32 * row,
+              "without the window, f16 reaches %d", t->max_ctx_by_kv[ENGINE_KV_F16]);
+    printf("7B without the window, nf4-dq, 4 GiB: the longest context %d tokens with f16 KV, %d with int8\n",
+           t->max_ctx_by_kv[ENGINE_KV_F16], t->max_ctx_by_kv[ENGINE_KV_INT8]);
+    engine_plan_free(p);
+    synth_free(m);
+
+    /* Full layers, then window layers: the 8B's shape with a window from layer 20. */
+    m = synth(&LLAMA_8B);
+    m->cfg.sliding_window = 4096, m->cfg.sliding_from_layer = 20;
+    p = plan_kv(m, 80 * GiB, 32768, ENGINE_QUANT_NONE, ENGINE_KV_F16, &st, err, sizeof err);
+    t = engine_plan_get_totals(p);
+    CHECK_MSG(st == ENGINE_OK && t->kv_ring_rows == 4609 && t->kv_window_layers == 12 &&
+                  t->kv_cache == (20 * 32768ull + 12 * 4609ull) * row,
+              "8B window from 20: ring %d, %d layers, KV %llu", t->kv_ring_rows, t->kv_window_layers,
+              (unsigned long long)t->kv_cache);
+    for (int l = 0; l < 32; l++)
+        CHECK(engine_plan_entry_at(p, 1 + (size_t)l)->kv_bytes == (l < 20 ? 32768ull : 4609ull) * row);
+    engine_plan_free(p);
+    synth_free(m);
+}
+
 int main(void)
 {
     test_kv_bytes();
@@ -547,5 +628,6 @@ int main(void)
     test_refusal_by_type();
     test_batch();
     test_targets();
+    test_windowed();
     return test_finish("test_plan_kv");
 }

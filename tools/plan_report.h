@@ -72,12 +72,26 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
     fprintf(f, "  weights resident   %12s\n", engine_format_bytes(t->weights_resident, a, sizeof a));
     fprintf(f, "  stream buffers     %12s  (streamed weights in host memory: %s)\n",
             engine_format_bytes(t->stream_buffers, a, sizeof a), engine_format_bytes(t->weights_streamed, b, sizeof b));
-    const uint64_t kv_layer = t->n_layers > 0 ? t->kv_cache / (uint64_t)t->n_layers : 0;
-    fprintf(f, "  KV cache           %12s  (%s%s: %s a layer; a token takes %s, %s a layer)\n",
-            engine_format_bytes(t->kv_cache, a, sizeof a), engine_kv_type_name(t->kv_type),
-            t->kv_auto ? ", chosen by --kv auto" : "", engine_format_bytes(kv_layer, b, sizeof b),
-            engine_format_bytes(t->kv_bytes_per_token, c, sizeof c),
-            engine_format_bytes(t->n_layers > 0 ? t->kv_bytes_per_token / (uint64_t)t->n_layers : 0, d, sizeof d));
+    const uint64_t kv_row = t->n_layers > 0 ? t->kv_bytes_per_token / (uint64_t)t->n_layers : 0;
+    if (t->kv_ring_rows > 0) { /* the window layers' rings, then the layers that keep every position */
+        const int full = t->n_layers - t->kv_window_layers;
+        fprintf(f, "  KV cache           %12s  (%s%s: a token takes %s, %s a layer; %d window layer%s a ring of %d "
+                   "positions, %s each",
+                engine_format_bytes(t->kv_cache, a, sizeof a), engine_kv_type_name(t->kv_type),
+                t->kv_auto ? ", chosen by --kv auto" : "", engine_format_bytes(t->kv_bytes_per_token, b, sizeof b),
+                engine_format_bytes(kv_row, c, sizeof c), t->kv_window_layers, t->kv_window_layers == 1 ? "," : "s,",
+                t->kv_ring_rows, engine_format_bytes((uint64_t)t->kv_ring_rows * kv_row, d, sizeof d));
+        if (full > 0)
+            fprintf(f, "; %d layer%s of all %d, %s each", full, full == 1 ? "" : "s", t->n_ctx,
+                    engine_format_bytes((uint64_t)t->n_ctx * kv_row, d, sizeof d));
+        fprintf(f, ")\n");
+    } else {
+        fprintf(f, "  KV cache           %12s  (%s%s: %s a layer; a token takes %s, %s a layer)\n",
+                engine_format_bytes(t->kv_cache, a, sizeof a), engine_kv_type_name(t->kv_type),
+                t->kv_auto ? ", chosen by --kv auto" : "",
+                engine_format_bytes(t->n_layers > 0 ? t->kv_cache / (uint64_t)t->n_layers : 0, b, sizeof b),
+                engine_format_bytes(t->kv_bytes_per_token, c, sizeof c), engine_format_bytes(kv_row, d, sizeof d));
+    }
     fprintf(f, "  activations        %12s  (buffers, scratch, cuBLASLt workspace)\n",
             engine_format_bytes(t->activations, a, sizeof a));
     fprintf(f, "  CUDA context       %12s\n", engine_format_bytes(t->cuda_context, a, sizeof a));
@@ -150,6 +164,7 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             "\"hbm_gbps\":%.2f,\"pcie_gbps\":%.2f,\"host_gbps\":%.2f,\"host_per_token\":%llu,\"hbm_source\":\"%s\","
             "\"pcie_source\":\"%s\",\"shared_gbps\":%.2f,\"kv_type\":\"%s\",\"kv_auto\":%s,"
             "\"kv_bytes_per_token\":%llu,\"full_ctx_tokens_per_second\":%.3f,\"n_batch\":%d,"
+            "\"kv_window_layers\":%d,\"kv_ring_rows\":%d,"
             "\"max_ctx_by_kv\":{\"f32\":%d,\"f16\":%d,\"bf16\":%d,\"int8\":%d,\"fp8\":%d},\"gpu\":",
             (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
             (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
@@ -160,7 +175,8 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             t->max_ctx_that_fits, t->hbm_gbps, t->pcie_gbps, t->host_gbps, (unsigned long long)t->host_per_token,
             report_source_key(t->hbm_source), report_source_key(t->pcie_source), t->shared_gbps,
             engine_kv_type_name(t->kv_type), t->kv_auto ? "true" : "false", (unsigned long long)t->kv_bytes_per_token,
-            t->full_ctx_tokens_per_second, t->n_batch, t->max_ctx_by_kv[ENGINE_KV_F32],
+            t->full_ctx_tokens_per_second, t->n_batch, t->kv_window_layers, t->kv_ring_rows,
+            t->max_ctx_by_kv[ENGINE_KV_F32],
             t->max_ctx_by_kv[ENGINE_KV_F16], t->max_ctx_by_kv[ENGINE_KV_BF16], t->max_ctx_by_kv[ENGINE_KV_INT8],
             t->max_ctx_by_kv[ENGINE_KV_FP8]);
     cli_json_string(f, t->gpu_name, strlen(t->gpu_name));

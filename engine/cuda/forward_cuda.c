@@ -31,20 +31,27 @@
 
 static int window_of(const engine_model *m, int layer)
 {
-    const cfg_model *c = &m->cfg;
-    return m->arch->sliding_window && layer >= c->sliding_from_layer ? c->sliding_window : 0;
+    return model_layer_window(&m->cfg, layer);
 }
 
+/* The ring of a layer's cache (position p at row p % ring), or 0 where p is at row p. */
+static int ring_of(const engine_session *s, int layer)
+{
+    return window_of(s->model, layer) > 0 ? s->kv_ring : 0;
+}
+
+/* A layer's rows in K or V (the layers' rows one after another, plan_kv_bytes's layout). */
 static void *layer_cache(const cuda_session *cs, const engine_session *s, void *cache, int layer)
 {
     const cfg_model *c = &s->model->cfg;
-    const size_t per = (size_t)s->n_ctx * c->n_kv_heads * c->head_dim * k_kv_elem_size(cs->kvt);
-    return (char *)cache + (size_t)layer * per;
+    const size_t row = (size_t)c->n_kv_heads * c->head_dim * k_kv_elem_size(cs->kvt);
+    return (char *)cache + (size_t)model_kv_row0(c, layer, s->n_ctx, s->kv_ring) * row;
 }
 
 static float *layer_scales(const engine_session *s, float *scales, int layer)
 {
-    return scales ? scales + (size_t)layer * s->n_ctx * s->model->cfg.n_kv_heads : NULL;
+    const cfg_model *c = &s->model->cfg;
+    return scales ? scales + (size_t)model_kv_row0(c, layer, s->n_ctx, s->kv_ring) * c->n_kv_heads : NULL;
 }
 
 static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int layer, int n)
@@ -56,7 +63,7 @@ static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int la
         .cos = cs->rope_cos, .sin = cs->rope_sin, .q_out = cs->q,
         .k_cache = layer_cache(cs, s, cs->k_cache, layer), .v_cache = layer_cache(cs, s, cs->v_cache, layer),
         .k_scale = layer_scales(s, cs->k_scale, layer), .v_scale = layer_scales(s, cs->v_scale, layer),
-        .kvt = cs->kvt, .pos0 = cs->step + STEP_POS, .n = n,
+        .kvt = cs->kvt, .ring = ring_of(s, layer), .pos0 = cs->step + STEP_POS, .n = n,
         .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
         .part = cs->attn_part, .count = cs->attn_count,
     };
@@ -253,8 +260,7 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
         rope_qkv_args ra = rope_args(cs, s, l, n);
         TRY(launch_rope_qkv(lc, &ra));
         TRY(launch_attention_prefill(lc, cs->act, wt, cs->q, ra.k_cache, ra.v_cache, ra.k_scale, ra.v_scale, cs->kvt,
-                                     n, pos0, c->n_heads,
-                                     c->n_kv_heads, c->head_dim, window_of(m, l)));
+                                     n, pos0, c->n_heads, c->n_kv_heads, c->head_dim, window_of(m, l), ra.ring));
         TRY(product(cs, cs->x, true, &D->wo, n, dim, qd));
         if (D->b_o)
             TRY(launch_bias_add(lc, cs->x, D->b_o, n, dim));
@@ -380,6 +386,7 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
     if (argmax)
         *argmax = n == 1 ? cs->h_step[STEP_RING + (s->n_past & 1)] : cs->h_step[STEP_ARGMAX];
     s->n_past += n;
+    session_wrote(s, s->n_past);
     return ENGINE_OK;
 }
 
@@ -393,6 +400,7 @@ engine_status cuda_greedy_queue(engine_session *s, int32_t id, err_buf *e)
     engine_status st = launch_step(s, id, pos, e);
     if (st)
         return st;
+    session_wrote(s, pos + 1); /* its rows are written even if it is dropped */
     if (id >= 0)
         cs->q_first_in = id;
     cs->q_n++;

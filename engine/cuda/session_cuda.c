@@ -95,9 +95,11 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
         return err_set(e, ENGINE_ERR_UNSUPPORTED, "an %s KV cache needs head_dim a multiple of 16 on CUDA (it is %d)",
                        engine_kv_type_name(kt), c->head_dim);
     }
-    /* K, then V, then (int8, fp8) K's scales and V's, as plan_kv_bytes counts them. */
-    const uint64_t one = (uint64_t)c->n_layers * s->n_ctx * kvd * k_kv_elem_size(cs->kvt);
-    const uint64_t scales = k_kv_has_scales(cs->kvt) ? (uint64_t)c->n_layers * s->n_ctx * c->n_kv_heads * 4 : 0;
+    /* K, then V, then (int8, fp8) K's scales and V's, as plan_kv_bytes counts them: each with every layer's
+     * rows, n_ctx or a window layer's ring (s->kv_ring, engine_session_create). */
+    const uint64_t rows = model_kv_row0(c, c->n_layers, s->n_ctx, s->kv_ring);
+    const uint64_t one = rows * kvd * k_kv_elem_size(cs->kvt);
+    const uint64_t scales = k_kv_has_scales(cs->kvt) ? rows * c->n_kv_heads * 4 : 0;
     cs->kv_bytes = 2 * (one + scales);
     cs->act_bytes = layout(cs, s, NULL);
     st = arena_alloc(cs->cm->arena, cs->kv_bytes, ARENA_KV_CACHE, "the KV cache", &cs->kv, e);

@@ -93,9 +93,10 @@ struct cuda_session {
     void *act_region;     /* arena region: everything below but the KV   */
                           /* (lc.workspace is a region of its own)       */
     k_kv_type kvt;        /* KV cache type (kernels.h's k_kv)            */
-    void *k_cache;        /* [n_layers, n_ctx, nkv*hd] kvt               */
-    void *v_cache;        /* [n_layers, n_ctx, nkv*hd] kvt               */
-    float *k_scale;       /* int8/fp8: [n_layers, n_ctx, nkv]; else NULL */
+    void *k_cache;        /* [layers' rows, nkv*hd] kvt: each layer n_ctx rows, or a
+                             window layer's ring (s->kv_ring; plan_kv_bytes) */
+    void *v_cache;        /* likewise                                    */
+    float *k_scale;       /* int8/fp8: [layers' rows, nkv]; else NULL    */
     float *v_scale;       /* likewise                                    */
     float *x;             /* [n_batch, dim] residual stream              */
     void *act;            /* [n_batch, max(dim, nh*hd, ffn)] wt: matrix-product inputs */

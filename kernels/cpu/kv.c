@@ -81,11 +81,12 @@ static void store_row(const k_kv *kv, size_t row, const float *x, int hd)
 void k_kv_store(const k_ctx *c, const k_kv *kv, const float *x, int n, int pos0, int n_kv_heads, int head_dim)
 {
     const int rows = n * n_kv_heads;
-    const size_t row0 = (size_t)pos0 * n_kv_heads;
 #pragma omp parallel for num_threads(c->n_threads) schedule(static) \
     if ((double)rows * head_dim >= K_PARALLEL_MIN_WORK)
-    for (int r = 0; r < rows; r++)
-        store_row(kv, row0 + (size_t)r, x + (size_t)r * head_dim, head_dim);
+    for (int r = 0; r < rows; r++) {
+        const int pos = pos0 + r / n_kv_heads, at = kv->ring > 0 ? pos % kv->ring : pos;
+        store_row(kv, (size_t)at * n_kv_heads + (size_t)(r % n_kv_heads), x + (size_t)r * head_dim, head_dim);
+    }
 }
 
 void k_kv_load(const k_kv *kv, size_t row, int head_dim, float *out)

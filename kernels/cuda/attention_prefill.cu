@@ -13,8 +13,18 @@
  * fp8 cache, head_dim 8 or not a multiple of 16, or 256) a CUDA-core
  * kernel does it, decoding each tile to fp32 in shared memory as it stages
  * it (an int8/fp8 row times its scale, kv.cuh).
+ *
+ * Keys are read by position: at row key, or key % ring where the layer's
+ * cache is a sliding window's ring (ring > 0), each row's address taken
+ * alone, so a tile may wrap.
  */
 #include "kv.cuh"
+
+/* The cache row of position key. */
+__device__ __forceinline__ int kv_row(int key, int ring)
+{
+    return ring > 0 ? key % ring : key;
+}
 
 /* ---- CUDA-core path ---- */
 
@@ -24,12 +34,12 @@
 /*
  * K and V rows k0 .. k0+ATT_BK-1 of one kv head into shared memory as fp32
  * (rows at or past `end` as zeros; int8 and fp8 rows times their scales,
- * ksc/vsc [n_ctx, nkv]). 16-byte loads when a head's row allows, unrolled
+ * ksc/vsc [rows, nkv]). 16-byte loads when a head's row allows, unrolled
  * so that each thread has several in flight.
  */
 template <typename T>
 __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const float *ksc, const float *vsc, int k0,
-                           int end, int kvd, int kvh, int hd)
+                           int end, int kvd, int kvh, int hd, int ring)
 {
     constexpr int V = 16 / sizeof(T);
     const int nkv = kvd / hd;
@@ -38,8 +48,8 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const
         km = vm = key < end ? 1.0f : 0.0f;
         if constexpr (kv_quant<T>())
             if (key < end) {
-                km = kv_mult<T>(ksc[(size_t)key * nkv + kvh]);
-                vm = kv_mult<T>(vsc[(size_t)key * nkv + kvh]);
+                km = kv_mult<T>(ksc[(size_t)kv_row(key, ring) * nkv + kvh]);
+                vm = kv_mult<T>(vsc[(size_t)kv_row(key, ring) * nkv + kvh]);
             }
     };
     if ((hd % V) == 0 && (kvd % V) == 0) {
@@ -49,7 +59,7 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const
             const int j = i / per_row, d0 = (i - j * per_row) * V, key = k0 + j;
             uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
             if (key < end) {
-                const size_t at = (size_t)key * kvd + (size_t)kvh * hd + d0;
+                const size_t at = (size_t)kv_row(key, ring) * kvd + (size_t)kvh * hd + d0;
                 kr = *reinterpret_cast<const uint4 *>(kc + at);
                 vr = *reinterpret_cast<const uint4 *>(vc + at);
             }
@@ -66,7 +76,7 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const
     }
     for (int i = threadIdx.x; i < ATT_BK * hd; i += blockDim.x) {
         const int j = i / hd, d = i - j * hd, key = k0 + j;
-        const size_t at = (size_t)min(key, end - 1) * kvd + (size_t)kvh * hd + d;
+        const size_t at = (size_t)kv_row(min(key, end - 1), ring) * kvd + (size_t)kvh * hd + d;
         float km, vm;
         mults(key, km, vm);
         Ks[j * (hd + 1) + d] = kv_raw(kc[at]) * km;
@@ -76,7 +86,7 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const
 
 template <typename T, int E> /* E: dimensions per lane, head_dim <= 32 * E */
 __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, const T *vc, const float *ksc,
-                            const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window)
+                            const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window, int ring)
 {
     extern __shared__ float sm[];
     float *Qs = sm;                          /* [hd][ATT_BQ], scaled       */
@@ -112,7 +122,7 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
 
     for (int k0 = lo; k0 < end; k0 += ATT_BK) {
         __syncthreads(); /* the previous tile is no longer read */
-        stage_tile(Ks, Vs, kc, vc, ksc, vsc, k0, end, kvd, kvh, hd);
+        stage_tile(Ks, Vs, kc, vc, ksc, vsc, k0, end, kvd, kvh, hd, ring);
         __syncthreads();
         if (qpos[0] < 0)
             continue; /* this warp has no queries */
@@ -286,13 +296,14 @@ __device__ __forceinline__ void store2(void *out, k_dtype ot, size_t i, float x,
  * rows at or past `end` are zero-filled.
  */
 template <typename T, int HD, int LD>
-__device__ __forceinline__ void tc_stage(T *ks, T *vs, const T *kc, const T *vc, int k0, int end, int kvd, int kvh)
+__device__ __forceinline__ void tc_stage(T *ks, T *vs, const T *kc, const T *vc, int k0, int end, int kvd, int kvh,
+                                         int ring)
 {
     constexpr int CH = HD / 8; /* 16-byte chunks per row */
     for (int i = threadIdx.x; i < 2 * TC_BK * CH; i += blockDim.x) {
         const int which = i / (TC_BK * CH), rem = i - which * TC_BK * CH, r = rem / CH, ch = rem - r * CH;
         const int key = k0 + r;
-        const size_t at = (size_t)min(key, end - 1) * kvd + (size_t)kvh * HD + ch * 8;
+        const size_t at = (size_t)kv_row(min(key, end - 1), ring) * kvd + (size_t)kvh * HD + ch * 8;
         cp_async16((which ? vs : ks) + r * LD + ch * 8, (which ? vc : kc) + at, key < end);
     }
 }
@@ -304,19 +315,19 @@ __device__ __forceinline__ void tc_stage(T *ks, T *vs, const T *kc, const T *vc,
  */
 template <typename Q, int HD>
 __device__ __forceinline__ void tc_stage_codes(uint8_t *raw, float *scl, const Q *kc, const Q *vc, const float *ksc,
-                                               const float *vsc, int k0, int end, int kvd, int kvh)
+                                               const float *vsc, int k0, int end, int kvd, int kvh, int ring)
 {
     constexpr int CH = HD / 16;
     const int nkv = kvd / HD;
     for (int i = threadIdx.x; i < 2 * TC_BK * CH; i += blockDim.x) {
         const int which = i / (TC_BK * CH), rem = i - which * TC_BK * CH, r = rem / CH, ch = rem - r * CH;
         const int key = k0 + r;
-        const size_t at = (size_t)min(key, end - 1) * kvd + (size_t)kvh * HD + ch * 16;
+        const size_t at = (size_t)kv_row(min(key, end - 1), ring) * kvd + (size_t)kvh * HD + ch * 16;
         cp_async16(raw + (which * TC_BK + r) * HD + ch * 16, (which ? vc : kc) + at, key < end);
     }
     for (int i = threadIdx.x; i < 2 * TC_BK; i += blockDim.x) {
         const int which = i / TC_BK, r = i - which * TC_BK, key = k0 + r;
-        cp_async4(scl + i, (which ? vsc : ksc) + (size_t)min(key, end - 1) * nkv + kvh, key < end);
+        cp_async4(scl + i, (which ? vsc : ksc) + (size_t)kv_row(min(key, end - 1), ring) * nkv + kvh, key < end);
     }
 }
 
@@ -359,7 +370,7 @@ __device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t
 template <typename T, int KC, typename Q> /* KC = head_dim / 16; Q: the cache's type (T, or int8/fp8 with T fp16) */
 __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, const float *q, const Q *kc, const Q *vc,
                                                       const float *ksc, const float *vsc, int pos0, int n, int nh,
-                                                      int nkv, int window)
+                                                      int nkv, int window, int ring)
 {
 #if TC_COMPILED
     constexpr int HD = KC * 16, LD = HD + 8; /* 16 bytes of row padding: ldmatrix rows fall in distinct banks */
@@ -400,9 +411,9 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
         T *ks = sm + st * 2 * TC_BK * LD;
         if constexpr (QUANT)
             tc_stage_codes<Q, HD>(raw + st * 2 * TC_BK * HD, scl + st * 2 * TC_BK, kc, vc, ksc, vsc, k0, end, kvd,
-                                  kvh);
+                                  kvh, ring);
         else
-            tc_stage<T, HD, LD>(ks, ks + TC_BK * LD, kc, vc, k0, end, kvd, kvh);
+            tc_stage<T, HD, LD>(ks, ks + TC_BK * LD, kc, vc, k0, end, kvd, kvh, ring);
     };
     const int ntiles = (end - lo + TC_BK - 1) / TC_BK;
     stage(0, lo);
@@ -520,7 +531,7 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
 
 template <typename T, int KC, typename Q>
 static void tc_launch(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
-                      const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int window)
+                      const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int window, int ring)
 {
     constexpr int HD = KC * 16;
     /* at most 34,816 bytes; int8/fp8 add their codes and scales: 51,712 */
@@ -531,14 +542,14 @@ static void tc_launch(launch_ctx *c, void *out, k_dtype ot, const float *q, cons
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     const dim3 grid(ceil_div(n, TC_BQ), (unsigned)nh);
     kern<<<grid, 128, smem, c->stream>>>(out, ot, q, static_cast<const Q *>(kc), static_cast<const Q *>(vc), ksc, vsc,
-                                         pos0, n, nh, nkv, window);
+                                         pos0, n, nh, nkv, window, ring);
 }
 
 template <typename T, typename Q>
 static void run_tc(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
-                   const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window)
+                   const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window, int ring)
 {
-#define TC_CASE(K) tc_launch<T, K, Q>(c, out, ot, q, kc, vc, ksc, vsc, pos0, n, nh, nkv, window)
+#define TC_CASE(K) tc_launch<T, K, Q>(c, out, ot, q, kc, vc, ksc, vsc, pos0, n, nh, nkv, window, ring)
     switch (hd / 16) {
     case 1: TC_CASE(1); break;
     case 2: TC_CASE(2); break;
@@ -554,7 +565,8 @@ static void run_tc(launch_ctx *c, void *out, k_dtype ot, const float *q, const v
 
 template <typename T>
 static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
-                       const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window)
+                       const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window,
+                       int ring)
 {
     const size_t smem = ((size_t)hd * ATT_BQ + ATT_BK * (hd + 1) + ATT_BK * hd) * sizeof(float);
     if (smem > c->smem_max)
@@ -568,7 +580,7 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
         auto kern = k_attention<T, EV>;                                                                       \
         if (smem > 48 * 1024)                                                                                 \
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);               \
-        kern<<<grid, 128, smem, c->stream>>>(out, ot, q, k, v, ksc, vsc, pos0, n, nh, nkv, hd, window);       \
+        kern<<<grid, 128, smem, c->stream>>>(out, ot, q, k, v, ksc, vsc, pos0, n, nh, nkv, hd, window, ring); \
     } while (0)
     switch (e) {
     case 1: ATT_LAUNCH(1); break;
@@ -585,13 +597,15 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
 extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
                                         const void *v_cache, const float *k_scale, const float *v_scale,
                                         k_kv_type kvt, int n, int pos0, int n_heads, int n_kv_heads, int head_dim,
-                                        int window)
+                                        int window, int ring)
 {
     if (!out || !q || !k_cache || !v_cache || n <= 0 || pos0 < 0 || n_heads <= 0 || n_kv_heads <= 0 ||
         n_heads % n_kv_heads || head_dim <= 0 || head_dim > 256 || head_dim % 2 ||
-        (k_kv_has_scales(kvt) && (!k_scale || !v_scale)))
-        return launch_fail(c, "attention_prefill: bad arguments (n %d, pos0 %d, heads %d/%d, head_dim %d)", n, pos0,
-                           n_heads, n_kv_heads, head_dim);
+        (k_kv_has_scales(kvt) && (!k_scale || !v_scale)) ||
+        (ring != 0 && (ring < 0 || window <= 0 || (int64_t)window + n - 1 > ring)))
+        return launch_fail(c, "attention_prefill: bad arguments (n %d, pos0 %d, heads %d/%d, head_dim %d, window %d, "
+                              "ring %d)",
+                           n, pos0, n_heads, n_kv_heads, head_dim, window, ring);
     /* cp.async and the paired stores want 16- and 8-byte alignment; arena buffers have it. */
     const bool aligned = (((uintptr_t)k_cache | (uintptr_t)v_cache) & 15) == 0 && ((uintptr_t)q & 7) == 0 &&
                          ((uintptr_t)out & 7) == 0;
@@ -599,24 +613,24 @@ extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, co
         switch (kvt) {
         case K_KV_F16:
             run_tc<__half, __half>(c, out, ot, q, k_cache, v_cache, NULL, NULL, pos0, n, n_heads, n_kv_heads, head_dim,
-                                   window);
+                                   window, ring);
             break;
         case K_KV_BF16:
             run_tc<__nv_bfloat16, __nv_bfloat16>(c, out, ot, q, k_cache, v_cache, NULL, NULL, pos0, n, n_heads,
-                                                 n_kv_heads, head_dim, window);
+                                                 n_kv_heads, head_dim, window, ring);
             break;
         case K_KV_INT8:
             run_tc<__half, int8_t>(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, pos0, n, n_heads, n_kv_heads,
-                                   head_dim, window);
+                                   head_dim, window, ring);
             break;
         default:
             run_tc<__half, fp8e4m3>(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, pos0, n, n_heads, n_kv_heads,
-                                    head_dim, window);
+                                    head_dim, window, ring);
             break;
         }
         return launch_check(c, "attention_prefill");
     }
     DISPATCH_KV(kvt, T, return run_prefill<T>(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, pos0, n, n_heads,
-                                              n_kv_heads, head_dim, window));
+                                              n_kv_heads, head_dim, window, ring));
     return 0;
 }

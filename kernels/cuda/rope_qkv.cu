@@ -2,26 +2,28 @@
  * rope_qkv.cu: everything between the q/k/v projection and attention, in
  * one launch: bias, per-head q/k RMSNorm (Qwen3), rotate-half RoPE, q out
  * in fp32, k and v into their cache rows (an int8 or fp8 row through fp32
- * and its scale, kv.cuh). One warp per (token, head); the position comes
+ * and its scale, kv.cuh; a sliding window's ring wraps). One warp per (token, head); the position comes
  * from device memory so the decode graph never changes.
  */
 #include "kv.cuh"
 #include "rope.cuh"
 
-/* One head's k or v row into the cache at pos: directly in a float type, or through fp32 and a scale. */
+/* One head's k or v row of position pos into the cache (row pos, or pos % a.ring in a ring): directly in a float
+ * type, or through fp32 and a scale. */
 template <typename T>
 __device__ __forceinline__ void cache_row(void *cache, float *scales, int pos, int kvh, int nkv, int hd,
                                           const float *src, const float *bias, const float *norm, const rope_qkv_args &a,
                                           bool rope)
 {
-    T *dst = static_cast<T *>(cache) + ((size_t)pos * nkv + kvh) * hd;
+    const int at = a.ring > 0 ? pos % a.ring : pos;
+    T *dst = static_cast<T *>(cache) + ((size_t)at * nkv + kvh) * hd;
     if constexpr (kv_quant<T>()) {
         __shared__ float row[256]; /* head_dim <= 256; one warp a block */
         rope_head<float>(row, src, bias, norm, a.eps, a.cos, a.sin, pos, hd, rope);
         __syncwarp();
         const float scale = kv_quantize_row<T>(dst, row, hd);
         if ((threadIdx.x & 31) == 0)
-            scales[(size_t)pos * nkv + kvh] = scale;
+            scales[(size_t)at * nkv + kvh] = scale;
     } else {
         rope_head<T>(dst, src, bias, norm, a.eps, a.cos, a.sin, pos, hd, rope);
     }
@@ -49,7 +51,7 @@ extern "C" int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a)
 {
     if (!a->qkv || !a->cos || !a->sin || !a->q_out || !a->k_cache || !a->v_cache || !a->pos0 || a->n <= 0 ||
         a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->head_dim <= 0 ||
-        a->head_dim % 2 || a->head_dim > 256 || (!a->q_norm) != (!a->k_norm) ||
+        a->head_dim % 2 || a->head_dim > 256 || (!a->q_norm) != (!a->k_norm) || a->ring < 0 ||
         (k_kv_has_scales(a->kvt) && (!a->k_scale || !a->v_scale)))
         return launch_fail(c, "rope_qkv: bad arguments (n %d, heads %d/%d, head_dim %d)", a->n, a->n_heads,
                            a->n_kv_heads, a->head_dim);
