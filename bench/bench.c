@@ -2,12 +2,13 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode), so
  * decode reads a KV cache N to N + gen deep (--prompt 1 --gen 128 is
- * llama-bench's tg128 shape, 128 tokens from an empty cache); the
+ * llama-bench's tg128 shape, 128 tokens from an empty cache); --ctx N
+ * sizes the session for N positions (default and least: prompt + gen); the
  * first repetition warms up (graph capture, cuBLASLt plans) and is not
  * counted. Prints a table row per repetition and one JSON line with the
  * medians, the bytes each decoded token reads (weights less the embedding
@@ -47,7 +48,7 @@ static void log_cb(engine_log_level level, const char *msg, void *user)
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    int n_prompt = 512, n_gen = 128, reps = 3, show_ids = 0;
+    int n_prompt = 512, n_gen = 128, reps = 3, show_ids = 0, n_ctx = 0;
     engine_model_params mp = engine_model_default_params();
     mp.log = log_cb;
     for (int i = 1; i < argc; i++) {
@@ -62,6 +63,9 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--gen") && v && !cli_parse_long(v, 2, 1 << 20, &l)) {
             n_gen = (int)l;
+            i++;
+        } else if (!strcmp(a, "--ctx") && v && !cli_parse_long(v, 1, 1 << 22, &l)) {
+            n_ctx = (int)l;
             i++;
         } else if (!strcmp(a, "--reps") && v && !cli_parse_long(v, 1, 1000, &l)) {
             reps = (int)l;
@@ -86,17 +90,19 @@ int main(int argc, char **argv)
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids]\n");
         return 2;
     }
     char err[512] = "";
     engine_model *m = NULL;
-    mp.n_ctx = n_prompt + n_gen; /* the device placement leaves room for this context */
+    if (n_ctx < n_prompt + n_gen)
+        n_ctx = n_prompt + n_gen;
+    mp.n_ctx = n_ctx; /* the device placement leaves room for this context */
     if (engine_model_load(path, &mp, &m, err, sizeof err) != ENGINE_OK) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
@@ -104,7 +110,7 @@ int main(int argc, char **argv)
     engine_model_info info;
     engine_model_get_info(m, &info);
     engine_session_params sp = engine_session_default_params();
-    sp.n_ctx = n_prompt + n_gen;
+    sp.n_ctx = n_ctx;
     engine_session *s = NULL;
     if (engine_session_create(m, &sp, &s, err, sizeof err) != ENGINE_OK) {
         fprintf(stderr, "bench: %s\n", err);

@@ -299,11 +299,9 @@ static void kv_parity(const char *name, const char *path)
  * 1 rows per window layer (mistral_sharded: window 8, every layer), and the
  * 256 ids go in passes of 6 (the last of 4), so the GPU takes its prefill
  * path only (rope_qkv and prefill attention over the ring); each pass's
- * top-1 agrees and the last logits are within fp32's 1e-4 of their scale.
- * With DECODE_RING (the decode kernel reading rope_qkv_args.ring) 64 more
- * tokens go one at a time.
+ * top-1 agrees and the last logits are within fp32's 1e-4 of their scale;
+ * then 64 more tokens go one at a time (the decode kernel over the ring).
  */
-#define DECODE_RING 0
 static void ring_parity(const char *name, const char *path)
 {
     const int nb = 6, ring = 8 + nb + 1, n_ctx = SEQ + 72;
@@ -332,7 +330,7 @@ static void ring_parity(const char *name, const char *path)
     const uint64_t want = 2ull * info.n_layers * ring * info.n_kv_heads * info.head_dim * 4;
     CHECK_MSG(r.kv_cache == want, "%s: the GPU's ring cache is %llu bytes, want %llu", name,
               (unsigned long long)r.kv_cache, (unsigned long long)want);
-    for (int i = 0; i < SEQ + (DECODE_RING ? 64 : 0); i += i < SEQ ? nb : 1) {
+    for (int i = 0; i < SEQ + 64; i += i < SEQ ? nb : 1) {
         const int n = i >= SEQ ? 1 : SEQ - i < nb ? SEQ - i : nb;
         if (engine_session_eval(sc, seq + i, (size_t)n, &lc) != ENGINE_OK ||
             engine_session_eval(sg, seq + i, (size_t)n, &lg) != ENGINE_OK) {

@@ -20,11 +20,6 @@
  */
 #include "kv.cuh"
 
-/* The cache row of position key. */
-__device__ __forceinline__ int kv_row(int key, int ring)
-{
-    return ring > 0 ? key % ring : key;
-}
 
 /* ---- CUDA-core path ---- */
 

@@ -83,6 +83,12 @@ template <typename T> __device__ __forceinline__ float kv_quantize_row(T *codes,
     return zero ? 0.0f : scale;
 }
 
+/* The cache row of position key: key, or key % ring in a sliding window's ring (ring > 0). */
+__device__ __forceinline__ int kv_row(int key, int ring)
+{
+    return ring > 0 ? key % ring : key;
+}
+
 /* The cache's element type as a template argument (DISPATCH_TYPE's counterpart for k_kv_type). */
 #define DISPATCH_KV(kt, T, ...)                                          \
     switch (kt) {                                                        \
