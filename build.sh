@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES="build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev xz-utils jq
-  clang libclang-rt-dev libomp-dev valgrind"
+  clang libclang-rt-dev libomp-dev valgrind libxml2-utils"
 BUILD_DIR=${BUILD_DIR:-build}
 SANITIZE_DIR=${SANITIZE_DIR:-build-sanitize}
 

@@ -13,12 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "chat.h"
 #include "cli_util.h"
 #include "engine.h"
 #include "plan_report.h"
+#include "plan_svg.h"
 
 static const char USAGE[] =
     "usage: infer MODEL [options]\n"
@@ -78,6 +80,9 @@ static const char USAGE[] =
     "  --pcie-bandwidth GBPS host-to-device rate to plan with, GB/s (same defaults)\n"
     "  --report              print that plan on stderr before generating, and after it the\n"
     "                        measured copy and compute time of streamed layers and their overlap\n"
+    "  --svg FILE.svg        with --dry-run or --report: draw the plan as an SVG picture (the\n"
+    "                        budget's parts, the bytes a token moves and the decode bound, each\n"
+    "                        layer's placement; after a run that streamed, what it measured)\n"
     "output:\n"
     "  --json                print one JSON object (ids, text, timings; with --dry-run the plan)\n"
     "  -v, --verbose         log what the engine does on stderr\n"
@@ -165,18 +170,53 @@ static void plan_bandwidths(engine_plan_params *pp, const engine_model_params *m
         pp->pcie_gbps = mp->pcie_gbps, pp->pcie_source = ENGINE_FIGURE_GIVEN;
 }
 
+/* --svg FILE: opened before any work, so that a path that cannot be written fails at once. */
+typedef struct svg_out {
+    const char *path;
+    FILE *f; /* NULL: no --svg, or drawn and closed */
+} svg_out;
+
+/* Draw plan (and what a run measured, off) into o's file and close it; 1 with one line on stderr when that fails. */
+static int svg_draw(svg_out *o, const engine_plan *plan, const char *model, const engine_offload_report *off)
+{
+    if (!o || !o->f)
+        return 0;
+    errno = 0;
+    int bad = plan_svg_write(o->f, plan, model, off, NULL) != 0;
+    const int err = errno;
+    bad |= fclose(o->f) != 0;
+    o->f = NULL;
+    if (bad)
+        fprintf(stderr, "infer: %s: cannot write the SVG: %s\n", o->path, strerror(err ? err : errno ? errno : EIO));
+    return bad;
+}
+
+/* Nothing drawn (the run stopped first): leave no empty file behind (a regular file only: never /dev/null). */
+static void svg_discard(svg_out *o)
+{
+    if (o->f) {
+        struct stat st;
+        const int regular = fstat(fileno(o->f), &st) == 0 && S_ISREG(st.st_mode);
+        fclose(o->f);
+        if (regular)
+            remove(o->path);
+        o->f = NULL;
+    }
+}
+
 /*
  * Plan path under budget mp->vram_budget for sp's context (0: the default, ENGINE_CTX_MAX: the model's
  * maximum), KV type (the model's when the session's is AUTO) and batch
  * on a copy of the model that is only mapped (no model on the device,
  * nothing quantized: the planner sizes --quant itself), priced for gpu (a
  * table row) or this machine's device (plan_bandwidths), and print it to
- * out as text or JSON (out NULL: only check it). A refusal prints one line
- * on stderr (and the JSON, which says fits: false). Returns 0 when the
- * plan fits, 1 otherwise.
+ * out as text or JSON (out NULL: only check it), and draw it into svg's
+ * file (NULL: none), a refused plan too. A refusal prints one line on
+ * stderr (and the JSON, which says fits: false). Returns 0 when the plan
+ * fits and is drawn, 1 otherwise.
  */
 static int print_plan(const char *path, const engine_model_params *mp, const engine_session_params *sp, FILE *out,
-                      int json, const engine_gpu_info *gpu)
+                      int json, const engine_gpu_info *gpu, svg_out *svg)
 {
     engine_model_params lp = *mp;
     lp.device = ENGINE_DEVICE_CPU;
@@ -213,11 +253,12 @@ static int print_plan(const char *path, const engine_model_params *mp, const eng
         plan_print_json(out, plan, path);
     else if (plan && st == ENGINE_OK && out)
         plan_print_text(out, plan, path);
-    if (st != ENGINE_OK)
+    int bad = plan ? svg_draw(svg, plan, path, NULL) : 0;
+    if (st != ENGINE_OK && !bad)
         fprintf(stderr, "infer: %s: %s%s%s\n", path, err, gpu ? " on the " : "", gpu ? gpu->name : "");
     engine_plan_free(plan);
     engine_model_free(m);
-    return st == ENGINE_OK ? 0 : 1;
+    return st == ENGINE_OK && !bad ? 0 : 1;
 }
 
 /* --gpu list: the table, as text or a JSON array. */
@@ -265,18 +306,21 @@ static const char *stop_name(engine_stop_reason r)
 
 /*
  * --report once loaded: on a GPU, the plan the model was placed by (with
- * the CUDA context's share as measured); on the CPU, the plan for --vram.
+ * the CUDA context's share as measured; --svg draws it after the run); on
+ * the CPU, the plan for --vram, drawn now into svg's file. Returns 1 when
+ * drawing failed.
  */
-static void report_loaded(const engine_model *model, const char *path, const engine_model_params *mp,
-                          const engine_session_params *sp)
+static int report_loaded(const engine_model *model, const char *path, const engine_model_params *mp,
+                         const engine_session_params *sp, svg_out *svg)
 {
     const engine_plan *plan = engine_model_plan(model);
     if (plan)
         plan_print_text(stderr, plan, path);
     else if (mp->vram_budget)
-        print_plan(path, mp, sp, stderr, 0, NULL);
+        return print_plan(path, mp, sp, stderr, 0, NULL, svg);
     else
         fprintf(stderr, "infer: --report: running on the CPU; give --vram SIZE to plan for a GPU\n");
+    return 0;
 }
 
 /* The numeric options: name, range, and the field each sets. */
@@ -352,6 +396,7 @@ int main(int argc, char **argv)
     engine_session_params sp = engine_session_default_params();
     engine_generate_params gp = engine_generate_default_params();
     int json = 0, verbose = 0, seed_given = 0, dry_run = 0, report = 0;
+    svg_out svg = {NULL, NULL};
     const char *gpu_arg = NULL, *messages = NULL, *system = NULL, *chat_template = NULL;
     int chat = 0;
 
@@ -438,6 +483,9 @@ int main(int argc, char **argv)
             dry_run = 1;
         } else if (!strcmp(a, "--report")) {
             report = 1;
+        } else if (!strcmp(a, "--svg")) {
+            NEED_VALUE();
+            svg.path = v;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -491,11 +539,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "infer: --dry-run needs --vram SIZE (or --gpu NAME), the device memory to plan for\n");
         return 2;
     }
-    if (dry_run)
-        return print_plan(model_path, &mp, &sp, stdout, json, gpu_arg ? &gpu : NULL);
-    /* With a budget a refusal stops before anything is loaded on the device. */
-    if (report && mp.vram_budget && print_plan(model_path, &mp, &sp, NULL, 0, NULL))
+    if (svg.path && !dry_run && !report) {
+        fprintf(stderr, "infer: --svg draws the plan: use it with --dry-run or --report\n");
+        return 2;
+    }
+    if (svg.path && !(svg.f = fopen(svg.path, "w"))) {
+        fprintf(stderr, "infer: %s: cannot write the SVG: %s\n", svg.path, strerror(errno));
         return 1;
+    }
+    if (dry_run) {
+        const int prc = print_plan(model_path, &mp, &sp, stdout, json, gpu_arg ? &gpu : NULL, &svg);
+        svg_discard(&svg);
+        return prc;
+    }
+    /* With a budget a refusal stops before anything is loaded on the device. */
+    if (report && mp.vram_budget && print_plan(model_path, &mp, &sp, NULL, 0, NULL, NULL)) {
+        svg_discard(&svg);
+        return 1;
+    }
 
     char err[512] = "";
     engine_model *model = NULL;
@@ -589,8 +650,13 @@ int main(int argc, char **argv)
         rc = fail(NULL, err);
         goto done;
     }
-    if (report)
-        report_loaded(model, model_path, &mp, &sp);
+    if (svg.f && !engine_model_plan(model) && !mp.vram_budget) {
+        fprintf(stderr, "infer: --svg %s: no plan to draw: the model runs on the CPU (give --vram SIZE to draw the "
+                        "plan for a GPU)\n", svg.path);
+        goto done;
+    }
+    if (report && report_loaded(model, model_path, &mp, &sp, &svg))
+        goto done;
     if (n_prompt > (size_t)engine_session_n_ctx(sess)) {
         fprintf(stderr, "infer: the prompt has %zu tokens but the context holds %d (raise --ctx)\n", n_prompt,
                 engine_session_n_ctx(sess));
@@ -641,6 +707,10 @@ int main(int argc, char **argv)
     /* After generating: what streaming measured (three decode steps timed one by one). */
     engine_offload_report off;
     const int have_off = report && on_gpu && engine_session_offload(sess, 3, &off) == ENGINE_OK;
+    /* --report --svg on a GPU: the plan the model was placed by and, where it streamed, what the run measured. */
+    if (svg.f && engine_model_plan(model) &&
+        svg_draw(&svg, engine_model_plan(model), model_path, have_off ? &off : NULL))
+        goto done;
     if (have_off && !json) {
         const engine_plan *plan = engine_model_plan(model);
         offload_print_text(stderr, &off, plan ? engine_plan_get_totals(plan)->pcie_gbps : ENGINE_PLAN_PCIE_GBPS);
@@ -694,6 +764,7 @@ int main(int argc, char **argv)
     rc = interrupted ? 130 : 0;
 
 done:
+    svg_discard(&svg);
     free(out.buf);
     free(gen_ids);
     free(prompt_ids);
