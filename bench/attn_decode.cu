@@ -9,7 +9,7 @@
  *
  * Defaults: Llama-3.1-8B's shape (32 heads, 8 kv heads, head_dim 128) at
  * depth 32,768, 4 layers' caches used in turn (so that a layer's cache is
- * not in L2 from the launch before), 50 repetitions, splits 8,16,32.
+ * not in L2 from the launch before), 50 repetitions, splits 8,16.
  * Bytes read a launch: K and V rows of the depth, and int8/fp8's two row
  * scales; the qkv input and the output are a few kB. ENGINE_CUDA_CC caps
  * the capability as in the engine (no cluster path below 9.0).
@@ -30,7 +30,7 @@ static const char *kv_name(k_kv_type t)
 int main(int argc, char **argv)
 {
     int depth = 32768, nh = 32, nkv = 8, hd = 128, layers = 4, reps = 50;
-    std::vector<int> split_list = {8, 16, 32};
+    std::vector<int> split_list = {8, 16};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--depth")) depth = atoi(v);
@@ -115,7 +115,7 @@ int main(int argc, char **argv)
         for (int cluster = has_cluster ? 1 : 0; cluster >= 0; cluster--) {
             lc.fast[K_OP_ATTN_CLUSTER] = cluster;
             for (int splits : split_list) {
-                if (splits > (cluster ? 16 : 32))
+                if (splits > 16)
                     continue;
                 int layer = 0, rc = 0;
                 auto run = [&]() {

@@ -48,11 +48,9 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
  * product (gemv_args.x_max): 4 slots a layer and one for the head. */
 #define PLAN_IN_MAX_SLOTS(n_layers) (4 * (uint64_t)(n_layers) + 1)
 
-/* Decode attention without clusters merges its splits (32 at most) through
- * global memory: each split's accumulator and (max, sum) per head; a
- * counter per block row (a kv head's heads, at most 8 a row: n_heads rows at most). */
-#define PLAN_ATTN_PART_FLOATS(c) (32 * ((uint64_t)(c)->n_heads * (c)->head_dim + 2 * (uint64_t)(c)->n_heads))
-#define PLAN_ATTN_COUNTS(c) ((uint64_t)(c)->n_heads)
+/* Decode attention without clusters merges its splits (16 at most) through
+ * global memory: each split's accumulator and (max, sum) per head. */
+#define PLAN_ATTN_PART_FLOATS(c) (16 * ((uint64_t)(c)->n_heads * (c)->head_dim + 2 * (uint64_t)(c)->n_heads))
 
 /*
  * The activation region of a CUDA session: every buffer planned once, in
@@ -80,7 +78,7 @@ typedef struct plan_session_bufs {
     void *in_max;    /* [PLAN_IN_MAX_SLOTS] u32: decode products' input maxima */
     void *q4_count;  /* [PLAN_Q4_COUNTS] u32: the fused 4-bit product's counters */
     void *attn_part; /* [PLAN_ATTN_PART_FLOATS] f32: decode attention's partial results (portable merge) */
-    void *attn_count;/* [PLAN_ATTN_COUNTS] u32: its counters                  */
+    void *attn_count;/* [n_kv_heads] u32: its counters                       */
 } plan_session_bufs;
 uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_ctx, uint64_t deq_elems,
                              uint64_t argmax_bytes, char *base, plan_session_bufs *out);

@@ -234,7 +234,7 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
     b.in_max = carve(base, &off, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), PLAN_ALIGN);
     b.q4_count = carve(base, &off, PLAN_Q4_COUNTS * sizeof(uint32_t), PLAN_ALIGN);
     b.attn_part = carve(base, &off, PLAN_ATTN_PART_FLOATS(c) * sizeof(float), PLAN_ALIGN);
-    b.attn_count = carve(base, &off, PLAN_ATTN_COUNTS(c) * sizeof(uint32_t), PLAN_ALIGN);
+    b.attn_count = carve(base, &off, (uint64_t)c->n_kv_heads * sizeof(uint32_t), PLAN_ALIGN);
     if (out)
         *out = b;
     return off;

@@ -125,7 +125,9 @@ typedef struct rope_qkv_args {
     int ring;          /* the cache's rows when it is a ring (position p at row p % ring), 0: p at row p */
     const int *pos0;
     int n, n_heads, n_kv_heads, head_dim;
-    /* Decode attention's portable merge: partial results and counters (launch_attention_decode). */
+    /* Decode attention's portable merge: partial results [n_kv_heads * 16 *
+     * (G * hd + 2 * G)] (G = n_heads / n_kv_heads), and a counter per kv
+     * head, zero before the first launch (each launch leaves them zero). */
     float *part;
     unsigned *count;
 } rope_qkv_args;
@@ -136,17 +138,15 @@ int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
  * rope_qkv step folded in: `r` is what launch_rope_qkv would take for n = 1
  * (q_out unused); the kernel ropes q itself and writes the new k and v into
  * the cache rows at *r->pos0 before using them. The KV length is split
- * among n_splits blocks (1 .. 32), each taking an equal share of whatever
+ * among n_splits blocks (1 .. 16), each taking an equal share of whatever
  * length the position gives, and their results are merged into out
  * [nh*hd] fp32:
- * - c->fast[K_OP_ATTN_CLUSTER] and at most 16 splits: the splits of a kv
- *   head are one thread-block cluster (above 8 only where the device
- *   allows non-portable cluster sizes, else 8) and merge through
- *   distributed shared memory;
- * - otherwise each block writes its partial result to r->part
- *   [PLAN_ATTN_PART_FLOATS: n_heads * 32 * (head_dim + 2)] and the last of
- *   a row's blocks to finish (r->count [n_heads], zero before the first
- *   launch; each launch leaves them zero) merges them.
+ * - c->fast[K_OP_ATTN_CLUSTER]: the splits of a kv head are one
+ *   thread-block cluster (above 8 only where the device allows
+ *   non-portable cluster sizes, else 8) and merge through distributed
+ *   shared memory;
+ * - otherwise each block writes its partial result to r->part and the
+ *   last of a kv head's blocks to finish (r->count) merges them.
  * window > 0: only the last `window` positions (itself included). Launched
  * as a programmatic dependent of the kernel before it (the q/k/v product)
  * where c->fast[K_OP_PDL].

@@ -15,7 +15,6 @@
 #include "stream.h"
 
 #define WORKSPACE_BYTES PLAN_WORKSPACE /* cuBLASLt's recommendation for Hopper */
-#define DECODE_LONG_CTX 16384     /* from this context on, decode attention takes up to 32 splits */
 
 /* Lay out the activation region; base NULL only sizes. */
 static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
@@ -70,17 +69,11 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     memcpy(cs->lc.fast, cs->cm->paths.fast, sizeof cs->lc.fast);
     cs->lc.workspace_bytes = WORKSPACE_BYTES;
     /* Decode attention splits each kv head's keys among blocks (a cluster
-     * on Hopper): enough that the kv heads' blocks cover the multiprocessors
+     * on Hopper): enough that the kv heads' clusters cover the multiprocessors
      * (a block streams its keys at about one multiprocessor's share of the
-     * memory bandwidth), at most 16 and at most one per 16 positions. A
-     * long context takes up to twice as many, 32, two blocks a
-     * multiprocessor, merged through global memory (more than a cluster
-     * holds): H100, depth 32k, the 8B's shape, an int8 cache read at 634
-     * GB/s against 549 with 16 (bench/RESULTS.md). */
-    const bool long_ctx = s->n_ctx >= DECODE_LONG_CTX;
-    const int max_splits = long_ctx ? 32 : 16, blocks = cs->lc.n_sms * (long_ctx ? 2 : 1);
+     * memory bandwidth), at most 16 and at most one per 16 positions. */
     int splits = 1;
-    while (splits < max_splits && c->n_kv_heads * splits * 2 <= blocks && splits * 2 * 16 <= s->n_ctx)
+    while (splits < 16 && c->n_kv_heads * splits * 2 <= cs->lc.n_sms && splits * 2 * 16 <= s->n_ctx)
         splits *= 2;
     cs->n_splits = splits;
 
@@ -137,7 +130,7 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     if (ce == cudaSuccess) /* on the session's stream: it does not wait for the legacy stream */
         ce = cudaMemsetAsync(cs->q4_work.count, 0, PLAN_Q4_COUNTS * sizeof(uint32_t), cs->lc.stream);
     if (ce == cudaSuccess)
-        ce = cudaMemsetAsync(cs->attn_count, 0, PLAN_ATTN_COUNTS(c) * sizeof(uint32_t), cs->lc.stream);
+        ce = cudaMemsetAsync(cs->attn_count, 0, (size_t)c->n_kv_heads * sizeof(uint32_t), cs->lc.stream);
     /* With hosted layers the CPU is busy during a step: the thread waiting for it sleeps rather than spins. */
     const unsigned done_flags = cudaEventDisableTiming | (cs->host ? cudaEventBlockingSync : 0);
     for (int i = 0; i < 2 && ce == cudaSuccess; i++)

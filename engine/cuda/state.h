@@ -118,7 +118,7 @@ struct cuda_session {
     uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zero at each decode step's start */
     gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
     float *attn_part;     /* [PLAN_ATTN_PART_FLOATS] decode attention's portable merge */
-    unsigned *attn_count; /* [PLAN_ATTN_COUNTS] its counters, zero between launches */
+    unsigned *attn_count; /* [n_kv_heads] its counters, zero between launches */
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
     int32_t *ring;        /* h_step + STEP_RING as the device sees it: decode's argmax writes it */

@@ -11,12 +11,10 @@
  * - Hopper (CLUSTER): the splits of a kv head are a thread-block cluster
  *   and merge through distributed shared memory; no partial result goes
  *   through global memory.
- * - Portable (compute capability 7.5), and any split count above a
- *   cluster's 16: each block writes its partial result to global memory
- *   and counts itself in on its row's counter; the last block to arrive
- *   merges them (L2 round trips instead of shared memory, and that
- *   block's tail instead of the cluster's). A long context takes 32
- *   splits this way, two blocks a multiprocessor (session_cuda.c).
+ * - Portable (compute capability 7.5): each block writes its partial
+ *   result to global memory and counts itself in on its kv head's
+ *   counter; the last block to arrive merges them (L2 round trips instead
+ *   of shared memory, and that block's tail instead of the cluster's).
  *
  * The cluster merge is pushed, not pulled: each block owns a slice of the outputs,
  * and every block stores its max, sum and accumulator slice into the
@@ -38,6 +36,9 @@
  * overlaps the product's tail. The position is read from device memory so
  * the decode graph can be replayed at every position.
  *
+ * Keys are read by position: at row key, or key % ring where the layer's
+ * cache is a sliding window's ring (rope_qkv_args.ring, kv_row).
+ *
  * Keys and values move in 16-byte granules (4-byte copies ran at a few
  * GB/s per multiprocessor), stored with granule g of row k at g ^ (k % 8)
  * so that eight threads reading the same granule of eight rows touch all
@@ -48,17 +49,10 @@
 #include "kv.cuh"
 #include "rope.cuh"
 
-
 #define DEC_THREADS 256
-#define DEC_MAX_SPLITS 32  /* the portable merge's splits: a lane per split */
-#define DEC_MAX_CLUSTER 16 /* blocks in a cluster; above 8 needs non-portable cluster sizes */
-#define DEC_HEADS 8        /* q heads a block takes: a larger group is split among rows of blocks */
+#define DEC_MAX_SPLITS 16 /* blocks in a cluster; above 8 needs non-portable cluster sizes */
 #define DEC_CHUNK_MAX 128 /* keys staged in shared memory at a time */
 #define DEC_SMEM_TARGET (96 * 1024)
-/* Chunk buffers: the chunk in use and DEC_STAGES - 1 in flight (H100, depth
- * 32k: 3 measured slower than 2, 527 against 634 GB/s with int8, the
- * chunks shrinking to fit). */
-#define DEC_STAGES 2
 #define DEC_SPLIT_KEYS 64 /* keys a split of the portable merge takes at least (bar the last) */
 
 /* 16 bytes from global to shared memory: asynchronous from sm_80 (cp.async), a plain load and store before. */
@@ -91,18 +85,6 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 #if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
-}
-/* The same for a run-time n below 4. */
-__device__ __forceinline__ void cp_async_wait_n(int n)
-{
-    if (n >= 3)
-        cp_async_wait<3>();
-    else if (n == 2)
-        cp_async_wait<2>();
-    else if (n == 1)
-        cp_async_wait<1>();
-    else
-        cp_async_wait<0>();
 }
 
 #if __CUDA_ARCH__ >= 900 || !defined(__CUDA_ARCH__)
@@ -145,22 +127,21 @@ struct dec_merge {
         stride = per + ((2 * g + 3) & ~3);
     }
     /* A bound on splits x stride for every split count (the buffer's size). */
-    static __host__ __device__ size_t floats(int g, int hd) { return (size_t)g * hd + (size_t)DEC_MAX_CLUSTER * (2 * g + 8); }
+    static __host__ __device__ size_t floats(int g, int hd) { return (size_t)g * hd + (size_t)DEC_MAX_SPLITS * (2 * g + 8); }
 };
 
 /*
- * A row's elements in units: a 16-byte granule of the 16-bit and fp32
- * types, and half a granule (8 codes) of int8/fp8 in the value sums, so
- * that a thread's accumulators for 8 heads stay at 64 registers. The
- * unit comes by value, as one shared-memory load: read through a pointer
- * to its elements, it became 2-byte loads (measured: the scores took 1.6x
- * (fp16) and 3.5x (bf16) the fp32 cache's time). int8/fp8 are decoded
- * raw (kv.cuh); the row's multiplier is applied per key.
+ * The EL = 16 / sizeof(T) elements of a granule as fp32 (int8 and fp8: raw,
+ * kv.cuh; the row's multiplier is applied per key). The granule comes
+ * by value, as one 16-byte shared-memory load: read through a pointer to
+ * its elements, it became eight 2-byte loads per granule (measured: the
+ * scores took 1.6x (fp16) and 3.5x (bf16) the fp32 cache's time).
  */
-template <typename T> __device__ __forceinline__ void words_f32(const uint32_t *w, int n, float *f)
+template <typename T> __device__ __forceinline__ void granule_f32(const uint4 g, float *f)
 {
+    const uint32_t w[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < 4; i++) {
         if constexpr (sizeof(T) == 1) {
             word_raw<T>(w[i], f + 4 * i);
         } else if constexpr (sizeof(T) == 4) {
@@ -175,46 +156,26 @@ template <typename T> __device__ __forceinline__ void words_f32(const uint32_t *
         }
     }
 }
-/* Granule g of a row stored swizzled (granule g at g ^ sw): 16 / sizeof(T) elements. */
-template <typename T> __device__ __forceinline__ void granule_f32(const uint4 *row, int g, int sw, float *f)
-{
-    const uint4 v = row[g ^ sw];
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    words_f32<T>(w, 4, f);
-}
-/* Elements of a value unit: 8, or 4 for fp32. */
-template <typename T> constexpr int dec_unit() { return sizeof(T) == 4 ? 4 : 8; }
-template <typename T> __device__ __forceinline__ void unit_f32(const uint4 *row, int u, int sw, float *f)
-{
-    if constexpr (sizeof(T) == 1) {
-        const uint2 v = reinterpret_cast<const uint2 *>(row + ((u >> 1) ^ sw))[u & 1];
-        const uint32_t w[2] = {v.x, v.y};
-        words_f32<T>(w, 2, f);
-    } else {
-        granule_f32<T>(row, u, sw, f);
-    }
-}
 
 /*
- * Shared memory, in order (16-byte aligned first): DEC_STAGES buffers of
- * K, then of V, chunks [chunk][hb] granules, the new k and v rows [2][hd] (in the cache
+ * Shared memory, in order (16-byte aligned first): two buffers of K and V
+ * chunks [chunk][hb] granules, the new k and v rows [2][hd] (in the cache
  * type; fp32 for int8/fp8, which quantize them from there); then fp32: the
  * cluster merge's buffer (dec_merge; none in the portable merge), per q
- * head of the block q [GB][hd] and the output accumulator [GB][hd], scores
- * [GB][DEC_THREADS] (the row parts' partial dots, then the weights), max,
- * sum and correction [GB], and for int8/fp8 the two buffers' K and V row
- * scales [DEC_STAGES][chunk] each.
+ * head of the group q [G][hd] and the output accumulator [G][hd], scores
+ * [G][chunk], max, sum and correction [G], and for int8/fp8 the two
+ * buffers' K and V row scales [2][chunk] each.
  */
 struct dec_smem {
     /* es: bytes an element; quant: int8/fp8 */
     static __host__ __device__ size_t fixed_bytes(int g, int hd, int es, bool quant, bool cluster)
     {
-        return ((cluster ? dec_merge::floats(g, hd) : 0) + (size_t)2 * g * hd + (size_t)g * DEC_THREADS + 3 * g) * 4 +
+        return ((cluster ? dec_merge::floats(g, hd) : 0) + (size_t)2 * g * hd + 3 * g) * 4 +
                2 * (size_t)hd * (quant ? 4 : es);
     }
-    static __host__ __device__ size_t key_bytes(int hd, int es, bool quant)
+    static __host__ __device__ size_t key_bytes(int g, int hd, int es, bool quant)
     {
-        return (size_t)DEC_STAGES * (2 * hd * es + (quant ? 8 : 0));
+        return (size_t)4 * hd * es + 4 * g + (quant ? 16 : 0);
     }
 };
 
@@ -240,35 +201,33 @@ __device__ __forceinline__ void post_out_max(unsigned *out_max, float omx)
     }
 }
 
-
 /*
- * The portable merge, by every thread of each block of row y (a kv head's
- * GB heads from first_head on): the block's accumulator os [GB][hd] and its
- * (max, sum) per head go to its row of a.part; the last block of the row
- * to count itself in (a.count[y]) weighs every split's row as the cluster
- * merge does and writes out[], then sets the counter back to zero for the
- * next launch. wt: shared memory for GB x DEC_MAX_SPLITS weights.
+ * The portable merge, by every thread of each block of kv head kvh: the
+ * block's accumulator os [G][hd] and its (max, sum) per head go to its row
+ * of a.part; the last block of the head to count itself in (a.count[kvh])
+ * weighs every split's row as the cluster merge does and writes out[],
+ * then sets the counter back to zero for the next launch. wt: shared
+ * memory for G x DEC_MAX_SPLITS weights.
  */
-__device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, int split, int splits, int y,
-                                          int first_head, int GB, int hd, const float *os, const float *ms,
-                                          const float *ls, float *wt)
+__device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, int split, int splits, int kvh, int G,
+                                          int hd, const float *os, const float *ms, const float *ls, float *wt)
 {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = DEC_THREADS / 32, n_out = GB * hd;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = DEC_THREADS / 32, n_out = G * hd;
     if (splits == 1) { /* nothing to merge: the output is the accumulator over the sum */
         float omx = 0.0f;
         for (int t = tid; t < n_out; t += DEC_THREADS) {
             const float v = os[t] / ls[t / hd];
-            out[t] = v;
+            out[(size_t)kvh * n_out + t] = v;
             omx = fmaxf(omx, fabsf(v));
         }
         post_out_max(a.out_max, omx);
         return;
     }
-    const size_t stride = (size_t)n_out + 2 * GB;
-    float *base = a.part + (size_t)first_head * DEC_MAX_SPLITS * (hd + 2), *row = base + (size_t)split * stride;
+    const size_t stride = (size_t)n_out + 2 * G;
+    float *base = a.part + (size_t)kvh * DEC_MAX_SPLITS * stride, *row = base + (size_t)split * stride;
     for (int i = tid; i < n_out; i += DEC_THREADS)
         row[i] = os[i];
-    for (int g = tid; g < GB; g += DEC_THREADS) {
+    for (int g = tid; g < G; g += DEC_THREADS) {
         row[n_out + 2 * g] = ms[g];
         row[n_out + 2 * g + 1] = ls[g];
     }
@@ -276,12 +235,12 @@ __device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, in
     __threadfence(); /* this block's row is visible before its arrival is */
     __syncthreads();
     if (tid == 0)
-        last = atomicAdd(a.count + y, 1u) == (unsigned)splits - 1;
+        last = atomicAdd(a.count + kvh, 1u) == (unsigned)splits - 1;
     __syncthreads();
     if (!last)
         return;
     __threadfence(); /* every other row is read after their arrivals */
-    for (int g = warp; g < GB; g += warps) {
+    for (int g = warp; g < G; g += warps) {
         const float *pair = base + (size_t)lane * stride + n_out + 2 * g;
         const float w = split_weight(lane < splits ? __ldcg(pair) : -INFINITY, lane < splits ? __ldcg(pair + 1) : 0.0f);
         if (lane < splits)
@@ -294,48 +253,30 @@ __device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, in
         float num = 0.0f;
         for (int s = 0; s < splits; s++)
             num += w[s] * __ldcg(base + (size_t)s * stride + t);
-        out[t] = num;
+        out[(size_t)kvh * n_out + t] = num;
         omx = fmaxf(omx, fabsf(num));
     }
     if (tid == 0)
-        a.count[y] = 0;
+        a.count[kvh] = 0;
     post_out_max(a.out_max, omx);
 }
 
-/*
- * One block: split blockIdx.x of the keys, for row blockIdx.y: kv head
- * y / HB and its heads from (y % HB) x DEC_HEADS on, at most DEC_HEADS of
- * them (HB rows a kv head; one unless the group is larger than 8).
- *
- * Every code is decoded once a block, for all the block's heads: the
- * scores give a warp 32 keys and a part of their rows (a lane per key, q a
- * broadcast), and the value sums give a thread a unit of the row in one
- * slice of the keys, with its heads' accumulators in registers across the
- * chunks, rescaled by each chunk's correction, summed into shared memory
- * once at the end. (Before, a thread per (head, key) and per (head,
- * granule) decoded every code once a head, and int8's conversion
- * instruction, a quarter of the FMA rate or less, made decode at depth
- * 32k compute-bound: H100, 8B shape, int8 405 GB/s, f16 986 GB/s.)
- */
 template <typename T, bool CLUSTER>
-__global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out, rope_qkv_args a, int window, int chunk)
+__global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, rope_qkv_args a, int window, int chunk)
 {
-    constexpr int EL = 16 / sizeof(T), UEL = dec_unit<T>(); /* elements per granule; per value unit */
-    constexpr bool QUANT = kv_quant<T>();
+    constexpr int EL = 16 / sizeof(T); /* elements per granule */
     extern __shared__ uint4 sm[];
-    /* A row's splits are blockIdx.x (a cluster spans them: its rank is blockIdx.x too). */
-    const int split = blockIdx.x, y = blockIdx.y;
+    /* A kv head's splits are blockIdx.x (a cluster spans them: its rank is blockIdx.x too). */
+    const int split = blockIdx.x, kvh = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, warps = DEC_THREADS / 32;
     const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim, G = nh / nkv, kvd = nkv * hd;
-    const int HB = (G + DEC_HEADS - 1) / DEC_HEADS, kvh = y / HB, h0 = (y - kvh * HB) * DEC_HEADS;
-    const int GB = min(DEC_HEADS, G - h0), first_head = kvh * G + h0;
-    const int hb = hd / EL, units = hd / UEL, swz = hb % 8 == 0 ? 7 : 0; /* granules, value units a row; the swizzle */
-    uint4 *kbuf = sm, *vbuf = kbuf + (size_t)DEC_STAGES * chunk * hb, *nrow = vbuf + (size_t)DEC_STAGES * chunk * hb;
+    const int hb = hd / EL, swz = hb % 8 == 0 ? 7 : 0; /* granules a row; the swizzle mask */
+    constexpr bool QUANT = kv_quant<T>();
+    uint4 *kbuf = sm, *vbuf = kbuf + (size_t)2 * chunk * hb, *nrow = vbuf + (size_t)2 * chunk * hb;
     float *recv = reinterpret_cast<float *>(nrow + (QUANT ? hd / 2 : 2 * hb));
-    float *qs = recv + (CLUSTER ? dec_merge::floats(GB, hd) : 0);
-    float *os = qs + GB * hd, *sc = os + GB * hd, *ms = sc + GB * DEC_THREADS, *ls = ms + GB, *cr = ls + GB;
-    float *ksm = cr + GB, *vsm = ksm + DEC_STAGES * chunk; /* int8/fp8: row scales of the buffers */
-    float *outp = out + (size_t)first_head * hd;
+    float *qs = recv + (CLUSTER ? dec_merge::floats(G, hd) : 0);
+    float *os = qs + G * hd, *sc = os + G * hd, *ms = sc + G * chunk, *ls = ms + G, *cr = ls + G;
+    float *ksm = cr + G, *vsm = ksm + 2 * chunk; /* int8/fp8: row scales of the two buffers */
 #if DEC_HAVE_CLUSTERS
     __shared__ uint64_t merged; /* the merge's bytes for this block have arrived */
 #endif
@@ -381,19 +322,19 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
     };
     if (lo < end)
         load_chunk(lo, 0);
-    for (int i = tid; i < GB * hd; i += DEC_THREADS)
+    for (int i = tid; i < G * hd; i += DEC_THREADS)
         os[i] = 0.0f;
-    for (int g = tid; g < GB; g += DEC_THREADS) {
+    for (int g = tid; g < G; g += DEC_THREADS) {
         ms[g] = -INFINITY;
         ls[g] = 0.0f;
     }
-    const dec_merge mg(GB, hd, splits);
-    const int n_out = GB * hd, my0 = split * mg.per, my_n = max(0, min(mg.per, n_out - my0));
+    const dec_merge mg(G, hd, splits);
+    const int n_out = G * hd, my0 = split * mg.per, my_n = max(0, min(mg.per, n_out - my0));
 #if DEC_HAVE_CLUSTERS
     if constexpr (CLUSTER) {
         if (tid == 0) { /* each block sends an owner its slice and its (max, sum) pairs; past the last owner, nothing */
             mbar_init(&merged, 1);
-            mbar_expect(&merged, splits > 1 && my_n > 0 ? (unsigned)(splits * (my_n * 4 + GB * 8)) : 0u);
+            mbar_expect(&merged, splits > 1 && my_n > 0 ? (unsigned)(splits * (my_n * 4 + G * 8)) : 0u);
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); /* waited on before the first push */
@@ -403,20 +344,18 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
     dependency_wait();       /* the q/k/v product is complete */
 
     /* The rope step, a warp per task, all at once: q of each head of the
-     * block into qs; in the block whose share holds the new position, its
-     * k and v into the cache (and into the first chunk, when it is there).
-     * With several rows of blocks a kv head (a group above DEC_HEADS), each
-     * row's block writes the same bytes to the cache. */
+     * group into qs; in the block whose share holds the new position, its k
+     * and v into the cache (and into the first chunk, when it is there). */
     const bool has_new = lo <= pos && pos < end, new_in_first = has_new && pos < lo + chunk;
-    const int tasks = lo < end ? GB + (has_new ? 2 : 0) : 0;
+    const int tasks = lo < end ? G + (has_new ? 2 : 0) : 0;
     for (int t = warp; t < tasks; t += warps) {
-        if (t < GB) {
-            const size_t h = (size_t)(first_head + t) * hd;
+        if (t < G) {
+            const size_t h = (size_t)(kvh * G + t) * hd;
             rope_head<float>(qs + t * hd, a.qkv + h, a.bias ? a.bias + h : NULL, a.q_norm, a.eps, a.cos, a.sin, pos,
                              hd, true);
             continue;
         }
-        const int is_v = t - GB;
+        const int is_v = t - G;
         const size_t src = (size_t)(nh + (is_v ? nkv : 0) + kvh) * hd;
         const size_t pr = (size_t)kv_row(pos, a.ring); /* the new row's place in the cache */
         T *row = static_cast<T *>(is_v ? a.v_cache : a.k_cache) + pr * kvd + (size_t)kvh * hd;
@@ -451,129 +390,92 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
     __syncthreads(); /* the new rows are in the cache before a later chunk reads them */
 
     const float scale = rsqrtf((float)hd);
-    /* Scores: warp w takes keys (w / P) x 32 + lane of the chunk and the
-     * granules p, p + P, ... of their rows (p = w % P): the eight rows of
-     * a swizzle period touch all 32 banks. The P partial dots go to sc. */
-    const int KG = (chunk + 31) / 32, P = max(1, warps / KG);
-    /* Value sums: thread = slice x units + unit; slice s takes keys s, s + S, ... */
-    const int S = DEC_THREADS / units, vu = tid % units, vsl = tid / units;
-    float acc[DEC_HEADS][UEL];
-#pragma unroll
-    for (int j = 0; j < DEC_HEADS; j++)
-#pragma unroll
-        for (int e = 0; e < UEL; e++)
-            acc[j][e] = 0.0f;
-    const int n_chunks = lo < end ? (end - lo + chunk - 1) / chunk : 0;
-    for (int i = 0, issued = n_chunks > 0; i < n_chunks; i++) {
-        const int c0 = lo + i * chunk, b = i % DEC_STAGES, nk = min(chunk, end - c0);
+    /* Value sums: a warp takes PW = 32 / S (head, granule) pairs, each in S
+     * key slices (lane = slice x PW + pair; a slice takes every S-th key),
+     * and sums the slices with shuffles: no block barrier, no buffer. A
+     * warp's reads touch S rows of PW granules: distinct swizzled banks.
+     * S is the most slices that fit the block's threads (H200: better
+     * than half or a quarter of that, or twice with two pairs a thread). */
+    const int pairs = G * hb;
+    int S = 1;
+    while (S < 32 && pairs * S * 2 <= DEC_THREADS)
+        S *= 2;
+    const int PW = 32 / S, vthreads = (pairs + PW - 1) / PW * 32; /* whole warps */
+    for (int c0 = lo, b = 0; c0 < end; c0 += chunk, b ^= 1) {
+        const int nk = min(chunk, end - c0);
         const uint4 *kb = kbuf + (size_t)b * chunk * hb, *vb = vbuf + (size_t)b * chunk * hb;
-        /* The next DEC_STAGES - 1 chunks stream in while this one is used
-         * (the first went out before the rope step, the others after it:
-         * they may hold the new row, which they read from the cache). */
-        for (; issued < n_chunks && issued < i + DEC_STAGES; issued++)
-            load_chunk(lo + issued * chunk, issued % DEC_STAGES);
-        cp_async_wait_n(issued - 1 - i);
-        __syncthreads();
-
-        if (warp < KG * P) {
-            const int k = (warp / P) * 32 + lane, p = warp % P;
-            if (k < nk) {
-                const uint4 *kr = kb + (size_t)k * hb;
-                float d[DEC_HEADS];
-#pragma unroll
-                for (int j = 0; j < DEC_HEADS; j++)
-                    d[j] = 0.0f;
-                for (int c = p; c < hb; c += P) {
-                    float f[EL];
-                    granule_f32<T>(kr, c, k & swz, f);
-#pragma unroll
-                    for (int j = 0; j < DEC_HEADS; j++)
-                        if (j < GB) {
-                            const float4 *q = reinterpret_cast<const float4 *>(qs + j * hd + c * EL);
-#pragma unroll
-                            for (int e = 0; e < EL; e += 4) {
-                                const float4 qv = q[e / 4];
-                                d[j] += f[e] * qv.x + f[e + 1] * qv.y + f[e + 2] * qv.z + f[e + 3] * qv.w;
-                            }
-                        }
-                }
-#pragma unroll
-                for (int j = 0; j < DEC_HEADS; j++)
-                    if (j < GB)
-                        sc[(p * GB + j) * chunk + k] = d[j];
-            }
+        if (c0 + chunk < end) { /* the next chunk streams in while this one is used */
+            load_chunk(c0 + chunk, b ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
 
-        /* Online softmax, a warp per head: the parts' dots summed and
-         * scaled, then turned into weights (int8/fp8: times V's row
-         * multiplier, which the value sums then need not apply). */
-        for (int g = warp; g < GB; g += warps) {
-            float *s = sc + g * chunk, mx = -INFINITY;
-            for (int k = lane; k < nk; k += 32) {
-                float v = s[k];
-                for (int p = 1; p < P; p++)
-                    v += sc[(p * GB + g) * chunk + k];
-                if constexpr (QUANT)
-                    v *= kv_mult<T>(ksm[b * chunk + k]);
-                v *= scale;
-                s[k] = v;
-                mx = fmaxf(mx, v);
+        /* Scores: a thread per (head, key), a granule at a time; q is a broadcast. */
+        for (int i = tid; i < G * nk; i += DEC_THREADS) {
+            const int g = i / nk, k = i - g * nk;
+            const uint4 *kr = kb + (size_t)k * hb;
+            const float4 *q = reinterpret_cast<const float4 *>(qs + g * hd);
+            float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll 4
+            for (int c = 0; c < hb; c++) {
+                float f[EL];
+                granule_f32<T>(kr[c ^ (k & swz)], f);
+#pragma unroll
+                for (int e = 0; e < EL; e += 4) {
+                    const float4 qv = q[(c * EL + e) / 4];
+                    d0 += f[e] * qv.x + f[e + 1] * qv.y;
+                    d1 += f[e + 2] * qv.z + f[e + 3] * qv.w;
+                }
             }
-            mx = warp_max(mx);
-            const float m_new = fmaxf(ms[g], mx);
-            float sum = 0.0f;
-            for (int k = lane; k < nk; k += 32) {
-                const float e = expf(s[k] - m_new);
-                sum += e;
-                s[k] = QUANT ? e * kv_mult<T>(vsm[b * chunk + k]) : e;
-            }
-            sum = warp_sum(sum);
-            if (lane == 0) {
-                const float corr = expf(ms[g] - m_new);
-                cr[g] = corr;
-                ls[g] = ls[g] * corr + sum;
-                ms[g] = m_new;
-            }
+            float mult = scale;
+            if constexpr (QUANT)
+                mult *= kv_mult<T>(ksm[b * chunk + k]);
+            sc[g * chunk + k] = (d0 + d1) * mult;
         }
         __syncthreads();
 
-        if (vsl < S) {
+        /* Online softmax: a warp per head turns scores into weights. */
+        for (int g = warp; g < G; g += warps)
+            warp_softmax_step(sc + g * chunk, nk, ms, ls, cr, g);
+        __syncthreads();
+
+        /* Weighted values by key slices, the slices summed into os. */
+        for (int t = tid; t < vthreads; t += DEC_THREADS) {
+            const int sl = lane / PW, r = (t >> 5) * PW + lane % PW;
+            const bool live = r < pairs;
+            const int g = live ? r / hb : 0, c = live ? r - g * hb : 0;
+            const float *p = sc + g * chunk;
+            float acc[EL];
 #pragma unroll
-            for (int j = 0; j < DEC_HEADS; j++)
-                if (j < GB) {
-                    const float c = cr[j];
-#pragma unroll
-                    for (int e = 0; e < UEL; e++)
-                        acc[j][e] *= c;
-                }
+            for (int e = 0; e < EL; e++)
+                acc[e] = 0.0f;
 #pragma unroll 2
-            for (int k = vsl; k < nk; k += S) {
-                float f[UEL];
-                unit_f32<T>(vb + (size_t)k * hb, vu, k & swz, f);
+            for (int k = sl; live && k < nk; k += S) {
+                float f[EL];
+                granule_f32<T>(vb[(size_t)k * hb + (c ^ (k & swz))], f);
+                float pk = p[k];
+                if constexpr (QUANT)
+                    pk *= kv_mult<T>(vsm[b * chunk + k]);
 #pragma unroll
-                for (int j = 0; j < DEC_HEADS; j++)
-                    if (j < GB) {
-                        const float pk = sc[j * chunk + k];
-#pragma unroll
-                        for (int e = 0; e < UEL; e++)
-                            acc[j][e] += pk * f[e];
-                    }
+                for (int e = 0; e < EL; e++)
+                    acc[e] += pk * f[e];
             }
+            for (int off = PW; off < 32; off <<= 1)
+#pragma unroll
+                for (int e = 0; e < EL; e++)
+                    acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], off);
+            if (live && sl == 0)
+#pragma unroll
+                for (int e = 0; e < EL; e++)
+                    os[g * hd + c * EL + e] = os[g * hd + c * EL + e] * cr[g] + acc[e];
         }
         __syncthreads(); /* before the buffer is refilled and sc is overwritten */
     }
-    if (lo < end && vsl < S) /* the slices' sums into os */
-#pragma unroll
-        for (int j = 0; j < DEC_HEADS; j++)
-            if (j < GB)
-#pragma unroll
-                for (int e = 0; e < UEL; e++)
-                    atomicAdd(os + j * hd + vu * UEL + e, acc[j][e]);
-    __syncthreads();
 
     if constexpr (!CLUSTER) {
-        merge_global(outp, a, split, splits, y, first_head, GB, hd, os, ms, ls, sc);
+        merge_global(out, a, split, splits, kvh, G, hd, os, ms, ls, sc);
         return;
     }
 #if DEC_HAVE_CLUSTERS
@@ -584,7 +486,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
      * shared memory and passes a block barrier instead of the mbarrier. */
     const bool alone = splits == 1;
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); /* every block's mbarrier is set up */
-    const int owners = (n_out + mg.per - 1) / mg.per, quads = mg.per / 4, items = quads + GB;
+    const int owners = (n_out + mg.per - 1) / mg.per, quads = mg.per / 4, items = quads + G;
     for (int t = tid; t < owners * items; t += DEC_THREADS) {
         const int r = t / items, i = t - r * items;
         const unsigned bar = cluster_addr(smem_addr(&merged), r);
@@ -615,7 +517,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
      * warp per head of the slice turns the splits' (max, sum) into weights
      * (a lane per split; a split with no keys sent max -inf: weight 0),
      * then a thread per output sums the splits' slices. The weights go
-     * where the scores were. */
+     * where the scores were (G x chunk floats, chunk >= DEC_MAX_SPLITS). */
     mbar_wait(&merged, 0);
     float *wt = sc;
     const int g0 = my0 / hd, ng = my_n > 0 ? (my0 + my_n - 1) / hd - g0 + 1 : 0;
@@ -623,18 +525,18 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) k_attention_decode(float *out,
         const float *pair = recv + (size_t)lane * mg.stride + mg.per + 2 * (g0 + j);
         const float w = split_weight(lane < splits ? pair[0] : -INFINITY, lane < splits ? pair[1] : 0.0f);
         if (lane < splits)
-            wt[j * DEC_MAX_CLUSTER + lane] = w;
+            wt[j * DEC_MAX_SPLITS + lane] = w;
     }
     __syncthreads();
     float omx = 0.0f; /* for out_max */
     for (int t = tid; t < my_n; t += DEC_THREADS) {
-        const float *w = wt + ((my0 + t) / hd - g0) * DEC_MAX_CLUSTER;
+        const float *w = wt + ((my0 + t) / hd - g0) * DEC_MAX_SPLITS;
         float num = 0.0f;
 #pragma unroll
-        for (int s = 0; s < DEC_MAX_CLUSTER; s++)
+        for (int s = 0; s < DEC_MAX_SPLITS; s++)
             if (s < splits)
                 num += w[s] * recv[(size_t)s * mg.stride + t];
-        outp[my0 + t] = num;
+        out[(size_t)kvh * n_out + my0 + t] = num;
         omx = fmaxf(omx, fabsf(num));
     }
     post_out_max(a.out_max, omx); /* the output projection stages its input knowing this */
@@ -645,14 +547,13 @@ template <typename T>
 static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int window, int splits)
 {
     const int G = a->n_heads / a->n_kv_heads, hd = a->head_dim, es = (int)sizeof(T);
-    const int HB = (G + DEC_HEADS - 1) / DEC_HEADS, GB = G < DEC_HEADS ? G : DEC_HEADS;
-    /* More splits than a cluster holds merge through global memory. */
-    const bool cluster = c->fast[K_OP_ATTN_CLUSTER] && splits <= DEC_MAX_CLUSTER, quant = kv_quant<T>();
+    /* As many keys a chunk as fit the target, at least 16 (then past it). */
+    const bool cluster = c->fast[K_OP_ATTN_CLUSTER], quant = kv_quant<T>();
     if (quant && (hd % 16 || !a->k_scale || !a->v_scale))
         return launch_fail(c, "attention_decode: an int8/fp8 cache needs head_dim a multiple of 16 (%d) and scales",
                            hd);
-    /* As many keys a chunk as fit the target, at least 16 (then past it). */
-    const size_t fixed = dec_smem::fixed_bytes(GB, hd, es, quant, cluster), per_key = dec_smem::key_bytes(hd, es, quant);
+    const size_t fixed = dec_smem::fixed_bytes(G, hd, es, quant, cluster),
+                 per_key = dec_smem::key_bytes(G, hd, es, quant);
     const long target = c->smem_max < DEC_SMEM_TARGET ? (long)c->smem_max : DEC_SMEM_TARGET;
     long chunk = (target - (long)fixed) / (long)per_key;
     chunk = chunk < 16 ? 16 : chunk > DEC_CHUNK_MAX ? DEC_CHUNK_MAX : chunk;
@@ -666,7 +567,7 @@ static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int win
         return launch_fail(c, "attention_decode: %zu bytes of shared memory (group %d, head_dim %d): %s", smem, G, hd,
                            cudaGetErrorString(cudaGetLastError()));
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)splits, (unsigned)(a->n_kv_heads * HB));
+    cfg.gridDim = dim3((unsigned)splits, (unsigned)a->n_kv_heads);
     cfg.blockDim = dim3(DEC_THREADS);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = c->stream;
