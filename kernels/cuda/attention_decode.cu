@@ -261,7 +261,8 @@ __device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, in
     post_out_max(a.out_max, omx);
 }
 
-template <typename T, bool CLUSTER>
+/* RING: the cache is a sliding window's ring (a kernel of its own, so that the others' code stays as tuned). */
+template <typename T, bool CLUSTER, bool RING>
 __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, rope_qkv_args a, int window, int chunk)
 {
     constexpr int EL = 16 / sizeof(T); /* elements per granule */
@@ -304,7 +305,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
             const int k = i / hb, c = i - k * hb, key = c0 + k;
             if (key == pos && c0 == lo)
                 continue;
-            const size_t at = (size_t)kv_row(key, a.ring) * kvd + (size_t)kvh * hd + (size_t)c * EL;
+            const size_t at = (size_t)kv_row(key, RING ? a.ring : 0) * kvd + (size_t)kvh * hd + (size_t)c * EL;
             const int to = k * hb + (c ^ (k & swz));
             cp_async16(kb + to, kc + at);
             cp_async16(vb + to, vc + at);
@@ -314,7 +315,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
                 const int key = c0 + k;
                 if (key == pos && c0 == lo)
                     continue;
-                const size_t at = (size_t)kv_row(key, a.ring) * nkv + kvh;
+                const size_t at = (size_t)kv_row(key, RING ? a.ring : 0) * nkv + kvh;
                 cp_async4(ksm + b * chunk + k, a.k_scale + at);
                 cp_async4(vsm + b * chunk + k, a.v_scale + at);
             }
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         }
         const int is_v = t - G;
         const size_t src = (size_t)(nh + (is_v ? nkv : 0) + kvh) * hd;
-        const size_t pr = (size_t)kv_row(pos, a.ring); /* the new row's place in the cache */
+        const size_t pr = (size_t)kv_row(pos, RING ? a.ring : 0); /* the new row's place in the cache */
         T *row = static_cast<T *>(is_v ? a.v_cache : a.k_cache) + pr * kvd + (size_t)kvh * hd;
         uint4 *cache = reinterpret_cast<uint4 *>(row), *stage = cache;
         const int k = pos - lo;
@@ -561,7 +562,8 @@ static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int win
     if (smem > c->smem_max)
         return launch_fail(c, "attention_decode: %zu bytes of shared memory (group %d, head_dim %d), %zu here", smem,
                            G, hd, c->smem_max);
-    auto kern = cluster ? k_attention_decode<T, true> : k_attention_decode<T, false>;
+    auto kern = a->ring > 0 ? (cluster ? k_attention_decode<T, true, true> : k_attention_decode<T, false, true>)
+                            : (cluster ? k_attention_decode<T, true, false> : k_attention_decode<T, false, false>);
     if (smem > 48 * 1024 &&
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return launch_fail(c, "attention_decode: %zu bytes of shared memory (group %d, head_dim %d): %s", smem, G, hd,
