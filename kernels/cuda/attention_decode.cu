@@ -310,7 +310,10 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
             cp_async16(kb + to, kc + at);
             cp_async16(vb + to, vc + at);
         }
-        if constexpr (QUANT)
+        /* (Braces: without them nvcc 13 dropped the commit below from the
+         * kernels where QUANT is false, as if it belonged to the discarded
+         * branch; their waits then waited for nothing.) */
+        if constexpr (QUANT) {
             for (int k = tid; k < nk; k += DEC_THREADS) {
                 const int key = c0 + k;
                 if (key == pos && c0 == lo)
@@ -319,6 +322,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
                 cp_async4(ksm + b * chunk + k, a.k_scale + at);
                 cp_async4(vsm + b * chunk + k, a.v_scale + at);
             }
+        }
         cp_async_commit();
     };
     if (lo < end)
