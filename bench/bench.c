@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--trace FILE.json]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode), so
@@ -13,7 +13,9 @@
  * counted. Prints a table row per repetition and one JSON line with the
  * medians, the bytes each decoded token reads (weights less the embedding
  * table, of which one row is read; plus the KV cache at the mean position)
- * and the device memory report.
+ * and the device memory report. --trace FILE.json records the load and every
+ * repetition's passes (warm-up included) as a Chrome trace-event file
+ * (infer --help); it makes each pass a little slower (docs/API.md, Trace).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -24,6 +26,7 @@
 
 #include "../tools/cli_util.h"
 #include "../tools/plan_report.h"
+#include "../tools/trace_out.h"
 #include "engine.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -51,6 +54,7 @@ int main(int argc, char **argv)
     int n_prompt = 512, n_gen = 128, reps = 3, show_ids = 0, n_ctx = 0;
     engine_model_params mp = engine_model_default_params();
     mp.log = log_cb;
+    trace_out trace = {NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l = 0;
@@ -85,17 +89,20 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--kv") && v && engine_kv_type_parse(v) >= 0) {
             mp.kv_type = (engine_kv_type)engine_kv_type_parse(v);
             i++;
+        } else if (!strcmp(a, "--trace") && v) {
+            trace.path = v;
+            i++;
         } else if (!strcmp(a, "--ids")) {
             show_ids = 1;
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids] [--trace FILE.json]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids] [--trace FILE.json]\n");
         return 2;
     }
     char err[512] = "";
@@ -103,8 +110,12 @@ int main(int argc, char **argv)
     if (n_ctx < n_prompt + n_gen)
         n_ctx = n_prompt + n_gen;
     mp.n_ctx = n_ctx; /* the device placement leaves room for this context */
+    if (trace_out_open(&trace, "bench"))
+        return 1;
+    mp.trace = trace.trace;
     if (engine_model_load(path, &mp, &m, err, sizeof err) != ENGINE_OK) {
         fprintf(stderr, "bench: %s\n", err);
+        trace_out_close(&trace, "bench");
         return 1;
     }
     engine_model_info info;
@@ -115,6 +126,7 @@ int main(int argc, char **argv)
     if (engine_session_create(m, &sp, &s, err, sizeof err) != ENGINE_OK) {
         fprintf(stderr, "bench: %s\n", err);
         engine_model_free(m);
+        trace_out_close(&trace, "bench");
         return 1;
     }
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt), *out = malloc((size_t)n_gen * sizeof *out);
@@ -201,5 +213,7 @@ int main(int argc, char **argv)
     free(out);
     engine_session_free(s);
     engine_model_free(m);
+    if (trace_out_close(&trace, "bench") && rc == 0)
+        rc = 1;
     return rc;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "trace.h"
 
 void rope_tables(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t)
 {
@@ -175,11 +176,20 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits,
     const k_ctx *kc = &s->kc;
     const int pos0 = s->n_past;
 
+    /* Traced: the boundaries of embed, each layer and the head (trace_t). */
+    double *tb = s->trace ? s->trace_t : NULL;
+    if (tb)
+        tb[0] = trace_now(s->trace);
     for (int t = 0; t < n; t++)
         s->pos[t] = pos0 + t;
     k_embed(kc, s->x, &m->tok_emb, ids, n);
-    for (int l = 0; l < c->n_layers; l++)
+    if (tb)
+        tb[1] = trace_now(s->trace);
+    for (int l = 0; l < c->n_layers; l++) {
         forward_cpu_layer(s, l, n, pos0);
+        if (tb)
+            tb[2 + l] = trace_now(s->trace);
+    }
     s->n_past += n;
     session_wrote(s, s->n_past);
 
@@ -195,4 +205,6 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits,
         k_rmsnorm(kc, s->xb, last, 1, c->dim, &m->out_norm, (float)c->rms_eps);
         k_matmul(kc, s->logits, s->xb, 1, &m->lm_head, NULL);
     }
+    if (tb)
+        tb[2 + c->n_layers] = trace_now(s->trace);
 }

@@ -18,6 +18,7 @@
 #include "../quant/quant.h"
 #include "chat.h"
 #include "model.h"
+#include "trace.h"
 #ifdef ENGINE_HAVE_CUDA
 #include "cuda/backend.h"
 #endif
@@ -201,6 +202,15 @@ static engine_status quantize_head(engine_model *m, engine_quant q, const char *
     return st;
 }
 
+/* A load step as a span on the model's track: `stmt` runs either way. */
+#define LOAD_SPAN(m, name, stmt)                                                                   \
+    do {                                                                                           \
+        const double t0_ = trace_now((m)->trace);                                                  \
+        stmt;                                                                                      \
+        if ((m)->trace)                                                                            \
+            trace_span((m)->trace, (m)->trace_tid, name, "load", t0_, trace_now((m)->trace) - t0_);       \
+    } while (0)
+
 static engine_status load(engine_model *m, const char *path, err_buf *e)
 {
     char dir[PATH_MAX], weights[PATH_MAX], file[PATH_MAX + 32];
@@ -211,7 +221,8 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
     snprintf(file, sizeof file, "%s/config.json", dir);
     if (!is_file(file))
         return err_set(e, ENGINE_ERR_IO, "%s: no config.json beside the weights (looked for %s)", path, file);
-    if ((st = cfg_load_model(file, &m->cfg, e)))
+    LOAD_SPAN(m, "config", st = cfg_load_model(file, &m->cfg, e));
+    if (st)
         return st;
     m->arch = arch_find(m->cfg.architecture);
     if (!m->arch)
@@ -225,12 +236,15 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
     if ((st = cfg_load_generation(file, &m->gen, e)))
         return st;
 
-    if ((st = st_open(weights, &m->weights, e)))
+    /* st_open validates each file's header and the tensors' extents. */
+    LOAD_SPAN(m, "map and validate", st = st_open(weights, &m->weights, e));
+    if (st)
         return st;
     m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
     if (!m->layers)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory for %d layers", path, m->cfg.n_layers);
-    if ((st = model_bind_weights(m, e)))
+    LOAD_SPAN(m, "bind weights", st = model_bind_weights(m, e));
+    if (st)
         return st;
     m->weight_dtype = dominant_dtype(m);
 
@@ -241,7 +255,8 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
         m->tokenizer = calloc(1, sizeof *m->tokenizer);
         if (!m->tokenizer)
             return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory", file);
-        if ((st = tok_load(file, is_file(tcfg) ? tcfg : NULL, &m->tokenizer->tok, e)))
+        LOAD_SPAN(m, "tokenizer", st = tok_load(file, is_file(tcfg) ? tcfg : NULL, &m->tokenizer->tok, e));
+        if (st)
             return st;
         if ((st = chat_source_load(dir, is_file(tcfg) ? tcfg : NULL, &m->tokenizer->chat, e)))
             return st;
@@ -261,6 +276,28 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
             add_eos(m, eot[i]);
     }
     return ENGINE_OK;
+}
+
+/* The load's span and the metadata the trace carries: model, device, plan, budget. */
+static void trace_model(engine_model *m, const char *path, double t0)
+{
+    char args[640], a[64];
+    trace_span_args(m->trace, m->trace_tid, "load", -1, "load", t0, trace_now(m->trace) - t0, "layers", m->cfg.n_layers,
+                    "weight_bytes", (double)m->weight_bytes);
+    snprintf(args, sizeof args, "%s (%s, %d layers, %s)", path, m->cfg.architecture, m->cfg.n_layers, m->weight_dtype);
+    trace_meta(m->trace, "model", args);
+    trace_meta(m->trace, "device", m->device == ENGINE_DEVICE_CUDA ? "cuda" : "cpu");
+    const engine_plan *plan = engine_model_plan(m);
+    if (plan) {
+        trace_meta(m->trace, "plan", engine_plan_summary(plan));
+        const uint64_t budget = engine_plan_get_totals(plan)->budget;
+        trace_meta(m->trace, "budget", engine_format_bytes(budget, a, sizeof a));
+        trace_meta_num(m->trace, "budget_bytes", (double)budget);
+    } else {
+        snprintf(args, sizeof args, "all %d layers on the CPU, read from the file mapping", m->cfg.n_layers);
+        trace_meta(m->trace, "plan", args);
+        trace_meta(m->trace, "budget", "none (CPU)");
+    }
 }
 
 engine_status engine_model_load(const char *path, const engine_model_params *params, engine_model **out, char *err,
@@ -310,16 +347,19 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->hbm_gbps = p.hbm_gbps;
     m->pcie_gbps = p.pcie_gbps;
     m->device = have_gpu ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;
+    m->trace = p.trace;
+    m->trace_tid = trace_track(m->trace, "load");
+    const double load_t0 = trace_now(m->trace);
     engine_status st = load(m, path, &e);
     if (!st && p.quant != ENGINE_QUANT_NONE) {
-        st = quantize_on_load(m, p.quant, path, &e);
+        LOAD_SPAN(m, "quantize on load", st = quantize_on_load(m, p.quant, path, &e));
         m->weight_dtype = dominant_dtype(m);
     }
     if (!st && p.quant_head != ENGINE_QUANT_NONE)
-        st = quantize_head(m, p.quant_head, path, &e);
+        LOAD_SPAN(m, "quantize head", st = quantize_head(m, p.quant_head, path, &e));
 #ifdef ENGINE_HAVE_CUDA
     if (!st && m->device == ENGINE_DEVICE_CUDA) {
-        st = cuda_model_create(m, p.vram_budget, &m->cuda, &e);
+        LOAD_SPAN(m, "place and upload", st = cuda_model_create(m, p.vram_budget, &m->cuda, &e));
         if (st && e.msg[0] && !strstr(e.msg, path)) {
             char msg[ERR_MSG_MAX];
             snprintf(msg, sizeof msg, "%s", e.msg);
@@ -327,7 +367,7 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
         }
         /* The upload read every weight from the mapping. */
         if (!st)
-            st = st_check(m->weights, &e);
+            LOAD_SPAN(m, "check mapping", st = st_check(m->weights, &e));
     }
 #endif
     if (st) {
@@ -340,6 +380,8 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     if (p.device == ENGINE_DEVICE_AUTO && !have_gpu)
         model_log(m, ENGINE_LOG_WARN, "no usable GPU (%s): running on the CPU", why);
 #endif
+    if (m->trace)
+        trace_model(m, path, load_t0);
     model_log(m, ENGINE_LOG_INFO, "%s: %s, %d layers, dim %d, %llu parameters (%s), on the %s", path,
               m->cfg.architecture, m->cfg.n_layers, m->cfg.dim, (unsigned long long)m->n_params, m->weight_dtype,
               m->device == ENGINE_DEVICE_CUDA ? "GPU" : "CPU");

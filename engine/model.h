@@ -93,6 +93,8 @@ struct engine_model {
     const char *weight_dtype;
     engine_log_fn log;
     void *log_user;
+    engine_trace *trace;       /* engine_model_params.trace: the load's and new sessions'; NULL: none */
+    int trace_tid;             /* the load's track in it                  */
     err_buf err;
 };
 
@@ -132,6 +134,10 @@ struct engine_session {
     int32_t *tokens;           /* [n_ctx] ids in the cache, in order      */
     bool have_logits;          /* logits hold the last evaluated token's  */
     bool device_logits;        /* CUDA: the device holds them (copied on demand) */
+    engine_trace *trace;       /* where passes are recorded; NULL: nowhere (trace.h) */
+    int trace_tid;             /* the session's track for its passes (and CPU layers) */
+    double *trace_t;           /* CPU: [n_layers + 3] a pass's boundaries (embed, layers, head), microseconds */
+    int trace_gpu_tid, trace_copy_tid; /* CUDA: tracks of the device's compute and copy engine */
     err_buf err;
 };
 

@@ -11,6 +11,7 @@
 
 #include "model.h"
 #include "plan.h"
+#include "trace.h"
 #ifdef ENGINE_HAVE_CUDA
 #include "cuda/backend.h"
 #endif
@@ -159,8 +160,84 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
     model_log(m, ENGINE_LOG_INFO, "session: %d tokens of context, %.1f MiB on the %s (KV cache %s, %.1f MiB)",
               n_ctx, bytes / 1048576.0, m->device == ENGINE_DEVICE_CUDA ? "GPU" : "CPU",
               engine_kv_type_name(s->kv_type) ? engine_kv_type_name(s->kv_type) : "?", s->kv_bytes / 1048576.0);
+    engine_status st0;
+    if (m->trace && (st0 = engine_session_set_trace(s, m->trace))) {
+        err_set(&e, st0, "out of memory for the session's trace");
+        err_copy_out(&e, err, err_size);
+        engine_session_free(s);
+        return st0;
+    }
     *out = s;
     return ENGINE_OK;
+}
+
+engine_status engine_session_set_trace(engine_session *s, engine_trace *t)
+{
+    if (!s)
+        return ENGINE_ERR_INVALID_ARG;
+    if (t && !s->trace_t) {
+        s->trace_t = malloc(((size_t)s->model->cfg.n_layers + 3) * sizeof *s->trace_t);
+        if (!s->trace_t)
+            return ENGINE_ERR_OUT_OF_MEMORY;
+    }
+    if (t && t != s->trace) {
+        /* Tracks of their own, so that sessions running at once do not overlap on one. */
+        s->trace_tid = trace_track(t, s->cuda ? "session %d (host)" : "session %d (CPU)");
+        if (s->cuda) {
+            s->trace_gpu_tid = trace_track(t, "GPU compute (track %d)");
+            s->trace_copy_tid = trace_track(t, "GPU copy engine (track %d)");
+        }
+        const char *series[] = {"filled", "capacity"};
+        const double v[] = {s->n_past, s->n_ctx};
+        trace_counter(t, "KV cache positions", trace_now(t), series, v, 2);
+#ifdef ENGINE_HAVE_CUDA
+        engine_offload_report r;
+        if (s->cuda && engine_session_offload(s, 0, &r) == ENGINE_OK) {
+            const char *pin[] = {"bytes"};
+            const double pv[] = {(double)r.host_pinned};
+            trace_counter(t, "host memory pinned", trace_now(t), pin, pv, 1);
+        }
+#endif
+    }
+    s->trace = t;
+    return ENGINE_OK;
+}
+
+/* After a pass: the session's counters (trace.h; nothing without a trace). */
+static void trace_counters(engine_session *s)
+{
+    const double now = trace_now(s->trace);
+    const char *series[] = {"filled", "capacity"};
+    const double v[] = {s->n_past, s->n_ctx};
+    trace_counter(s->trace, "KV cache positions", now, series, v, 2);
+#ifdef ENGINE_HAVE_CUDA
+    if (s->cuda) {
+        engine_memory_report r;
+        engine_session_memory(s, &r);
+        const char *dev[] = {"mapped", "in use", "budget"};
+        const double dv[] = {(double)r.device_mapped, (double)r.device_total, (double)r.device_budget};
+        trace_counter(s->trace, "device memory", now, dev, dv, 3);
+    }
+#endif
+}
+
+/* A pass of n tokens from pos0 that ran over [t0, now): its span, and on the CPU its layers'.
+ * prompt: part of a call that evaluates several tokens (else a decode step). */
+static void trace_pass(engine_session *s, int n, int pos0, double t0, bool prompt)
+{
+    const double t1 = trace_now(s->trace);
+    trace_span_args(s->trace, s->trace_tid, prompt ? "prompt pass" : "decode step", -1, "step", t0, t1 - t0, "tokens",
+                    n, "pos", pos0);
+    if (!s->cuda) {
+        const int L = s->model->cfg.n_layers;
+        const double *b = s->trace_t;
+        trace_span(s->trace, s->trace_tid, "embed", "layer", b[0], b[1] - b[0]);
+        for (int l = 0; l < L; l++)
+            trace_span_args(s->trace, s->trace_tid, "layer", l, "layer", b[1 + l], b[2 + l] - b[1 + l], NULL, 0, NULL,
+                            0);
+        trace_span(s->trace, s->trace_tid, "head", "layer", b[1 + L], b[2 + L] - b[1 + L]);
+    }
+    trace_counters(s);
 }
 
 void engine_session_free(engine_session *s)
@@ -170,6 +247,7 @@ void engine_session_free(engine_session *s)
 #ifdef ENGINE_HAVE_CUDA
     cuda_session_free(s->cuda);
 #endif
+    free(s->trace_t);
     free(s->block);
     free(s);
 }
@@ -255,6 +333,8 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
         int chunk = (int)(n - done < (size_t)s->n_batch ? n - done : (size_t)s->n_batch);
         memcpy(s->tokens + s->n_past, ids + done, (size_t)chunk * sizeof *ids);
         const bool last = done + (size_t)chunk == n;
+        const int pos0 = s->n_past;
+        const double t0 = trace_now(s->trace);
 #ifdef ENGINE_HAVE_CUDA
         if (s->cuda) {
             st = cuda_forward(s, ids + done, chunk, last && logits, last ? argmax : NULL, &s->err);
@@ -265,6 +345,8 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
         } else
 #endif
             forward_cpu(s, ids + done, chunk, last, NULL);
+        if (s->trace)
+            trace_pass(s, chunk, pos0, t0, n > 1);
         done += (size_t)chunk;
     }
     if (reads_mapping && (st = st_check(s->model->weights, &s->err))) {
@@ -394,7 +476,11 @@ engine_status engine_session_score(engine_session *s, const int32_t *ids, size_t
         /* Row j predicts ids[done + j + 1]; rows are needed where that index is scored. */
         const bool need = done + (size_t)chunk >= first;
         memcpy(s->tokens + s->n_past, ids + done, (size_t)chunk * sizeof *ids);
+        const int pos0 = s->n_past;
+        const double t0 = trace_now(s->trace);
         forward_cpu(s, ids + done, chunk, last, need || last ? rows : NULL);
+        if (s->trace)
+            trace_pass(s, chunk, pos0, t0, true);
         for (int j = 0; need && j < chunk; j++) {
             const size_t i = done + (size_t)j + 1;
             if (i >= first && i < n)

@@ -80,6 +80,7 @@ typedef struct engine_model engine_model;         /* weights, config, tokenizer 
 typedef struct engine_session engine_session;     /* KV cache and activations    */
 typedef struct engine_tokenizer engine_tokenizer; /* tokenizer.json              */
 typedef struct engine_sampler engine_sampler;     /* sampling state and RNG      */
+typedef struct engine_trace engine_trace;         /* spans and counters for Perfetto */
 
 /* ------------------------------------------------------------------ model */
 
@@ -166,6 +167,10 @@ typedef struct engine_model_params {
     /* CUDA: the KV cache type the placement plans for (sessions of this
      * model default to it); AUTO = as engine_kv_type says. */
     engine_kv_type kv_type;
+    /* NULL (default), or a trace (engine_trace_create) that records the
+     * load and, unless engine_session_set_trace says otherwise, every
+     * session made from this model. The trace must outlive them. */
+    engine_trace *trace;
 } engine_model_params;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
@@ -767,6 +772,41 @@ typedef struct engine_offload_report {
  * run. On the CPU or with nothing streamed, r holds zeros but n_layers.
  */
 ENGINE_API engine_status engine_session_offload(engine_session *s, int n_decode, engine_offload_report *r);
+
+/* ------------------------------------------------------------------ trace */
+
+/*
+ * A trace records where time goes, for Perfetto (ui.perfetto.dev) and
+ * chrome://tracing: spans for the load (config, mapping and validation,
+ * quantize-on-load, upload), for each prompt pass and decode step and,
+ * inside a step, for each layer on the track where it ran (the CPU; on
+ * CUDA the GPU's compute and copy engine, from the timing events of the
+ * passes the engine times); counters (KV cache positions filled, device
+ * memory mapped and in use, host memory pinned); and metadata (model,
+ * plan, device, budget). It lives in memory until engine_trace_save writes
+ * it. Without a trace nothing is recorded and nothing costs. A trace may
+ * be shared by a model and its sessions on several threads (calls on it
+ * are serialised); each session gets tracks of its own.
+ */
+/* A new, empty trace in *out; free with engine_trace_free after the models
+ * and sessions that record into it. INVALID_ARG, OUT_OF_MEMORY. */
+ENGINE_API engine_status engine_trace_create(engine_trace **out);
+/* NULL is a no-op. */
+ENGINE_API void engine_trace_free(engine_trace *trace);
+/* Record key = value (UTF-8, copied) in the trace's metadata; the engine
+ * sets "model", "device", "plan", "budget" itself. INVALID_ARG for NULL. */
+ENGINE_API engine_status engine_trace_set_metadata(engine_trace *trace, const char *key, const char *value);
+/*
+ * Write everything recorded so far to path as a trace-event JSON object
+ * ({"traceEvents": [...], "displayTimeUnit": "ms", "metadata": {...}});
+ * recording may go on, and a later save writes it all again. IO with a
+ * one-line message naming path in err when it cannot be written;
+ * OUT_OF_MEMORY; INVALID_ARG for NULL.
+ */
+ENGINE_API engine_status engine_trace_save(engine_trace *trace, const char *path, char *err, size_t err_size);
+/* Record s's passes into trace from now on (NULL: stop recording); a
+ * session starts with its model's trace. INVALID_ARG for a NULL session. */
+ENGINE_API engine_status engine_session_set_trace(engine_session *s, engine_trace *trace);
 
 /* ------------------------------------------------------------------- chat */
 

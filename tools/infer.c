@@ -21,6 +21,7 @@
 #include "engine.h"
 #include "plan_report.h"
 #include "plan_svg.h"
+#include "trace_out.h"
 
 static const char USAGE[] =
     "usage: infer MODEL [options]\n"
@@ -83,6 +84,10 @@ static const char USAGE[] =
     "  --svg FILE.svg        with --dry-run or --report: draw the plan as an SVG picture (the\n"
     "                        budget's parts, the bytes a token moves and the decode bound, each\n"
     "                        layer's placement; after a run that streamed, what it measured)\n"
+    "  --trace FILE.json     record where time goes as a Chrome trace-event file for\n"
+    "                        ui.perfetto.dev or chrome://tracing: load steps, each prompt pass\n"
+    "                        and decode step, the layers inside (CPU; on a GPU, where the\n"
+    "                        passes are timed), KV cache and memory counters\n"
     "output:\n"
     "  --json                print one JSON object (ids, text, timings; with --dry-run the plan)\n"
     "  -v, --verbose         log what the engine does on stderr\n"
@@ -397,6 +402,7 @@ int main(int argc, char **argv)
     engine_generate_params gp = engine_generate_default_params();
     int json = 0, verbose = 0, seed_given = 0, dry_run = 0, report = 0;
     svg_out svg = {NULL, NULL};
+    trace_out trace = {NULL, NULL};
     const char *gpu_arg = NULL, *messages = NULL, *system = NULL, *chat_template = NULL;
     int chat = 0;
 
@@ -486,6 +492,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--svg")) {
             NEED_VALUE();
             svg.path = v;
+        } else if (!strcmp(a, "--trace")) {
+            NEED_VALUE();
+            trace.path = v;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -547,6 +556,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "infer: %s: cannot write the SVG: %s\n", svg.path, strerror(errno));
         return 1;
     }
+    if (trace.path && dry_run) {
+        fprintf(stderr, "infer: --trace records a run: it does nothing with --dry-run\n");
+        svg_discard(&svg);
+        return 2;
+    }
     if (dry_run) {
         const int prc = print_plan(model_path, &mp, &sp, stdout, json, gpu_arg ? &gpu : NULL, &svg);
         svg_discard(&svg);
@@ -566,6 +580,9 @@ int main(int argc, char **argv)
     out_text out = {NULL, 0, 0, !json};
     int rc = 1;
 
+    if (trace_out_open(&trace, "infer"))
+        goto done;
+    mp.trace = trace.trace;
     if (engine_model_load(model_path, &mp, &model, err, sizeof err) != ENGINE_OK) {
         rc = fail(NULL, err);
         goto done;
@@ -771,5 +788,7 @@ done:
     free(file_text);
     engine_session_free(sess);
     engine_model_free(model);
+    if (trace_out_close(&trace, "infer") && rc == 0)
+        rc = 1;
     return rc;
 }

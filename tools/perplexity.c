@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "../tools/cli_util.h"
+#include "../tools/trace_out.h"
 #include "engine.h"
 
 #define FULL_VOCAB_MAX 4096 /* vocabularies up to this are saved whole */
@@ -38,6 +39,8 @@ static const char *USAGE =
     "  --json                print the figures as one JSON object\n"
     "  --save-logits FILE    write the scored positions' log-probabilities (docs/FORMATS.md)\n"
     "  --kl-base FILE        compare against a --save-logits file of the same text and windows\n"
+    "  --trace FILE.json     record the load and each window's passes (with their layers) as a\n"
+    "                        Chrome trace-event file for ui.perfetto.dev (see infer --help)\n"
     "  --device cpu|cuda|auto, --quant TYPE, --quant-head TYPE, --vram SIZE, --threads N,\n"
     "  --kv auto|f32|f16|bf16|int8|fp8, --batch N: as for infer\n";
 
@@ -336,6 +339,7 @@ int main(int argc, char **argv)
     int json = 0, ctx_max = 0, kv_t;
     engine_model_params mp = engine_model_default_params();
     engine_session_params sp = engine_session_default_params();
+    trace_out trace = {NULL, NULL};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l;
@@ -354,6 +358,8 @@ int main(int argc, char **argv)
             save_path = v;
         else if (!strcmp(a, "--kl-base"))
             base_path = v;
+        else if (!strcmp(a, "--trace"))
+            trace.path = v;
         else if (!strcmp(a, "--ctx") && !strcmp(v, "max"))
             ctx_max = 1;
         else if (!strcmp(a, "--ctx") && !cli_parse_long(v, 2, 1 << 20, &ctx))
@@ -389,8 +395,14 @@ int main(int argc, char **argv)
     char err[512] = "";
     engine_model *model = NULL;
     mp.n_ctx = ctx_max ? ENGINE_CTX_MAX : (int)ctx; /* a GPU placement leaves room for a window */
-    if (engine_model_load(model_path, &mp, &model, err, sizeof err) != ENGINE_OK)
-        return fail("%s", err);
+    if (trace_out_open(&trace, "perplexity"))
+        return 1;
+    mp.trace = trace.trace;
+    if (engine_model_load(model_path, &mp, &model, err, sizeof err) != ENGINE_OK) {
+        fail("%s", err);
+        trace_out_close(&trace, "perplexity");
+        return 1;
+    }
     int rc = 1;
     int32_t *ids = NULL;
     size_t n_ids = 0;
@@ -584,5 +596,7 @@ done:
     free(text);
     engine_session_free(s);
     engine_model_free(model);
+    if (trace_out_close(&trace, "perplexity") && rc == 0)
+        rc = 1;
     return rc;
 }

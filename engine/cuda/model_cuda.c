@@ -17,6 +17,7 @@
 
 #include "../../kernels/cpu/dtype.h"
 #include "../../quant/quant.h"
+#include "../trace.h"
 #include "measure.h"
 #include "state.h"
 #include "stream.h"
@@ -684,8 +685,11 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
     st = plan_placement(cm, m, budget, e);
     if (!st)
         st = arena_create(arena_budget, getenv("ENGINE_ARENA_PLAIN") != NULL, &cm->arena, e);
+    const double pin_t0 = trace_now(m->trace);
     if (!st)
         st = stream_model_open(cm, m, cm->plan, e);
+    if (m->trace && cm->sm)
+        trace_span(m->trace, m->trace_tid, "pin mappings", "load", pin_t0, trace_now(m->trace) - pin_t0);
     /* Size the resident region and the streamed layers' host image, then fill both. */
     recorder rec = {cm->sm, 0, false, 0, m->n_threads};
     uint64_t bytes = 0;
@@ -706,7 +710,7 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
         return st;
     }
     cm->weight_bytes = bytes;
-    const double t0 = model_seconds();
+    const double t0 = model_seconds(), up_t0 = trace_now(m->trace);
     uploader up;
     rec.fill = true;
     rec.img_off = 0;
@@ -714,6 +718,8 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
     if (!st)
         st = place(cm, m, cm->weights, &up, cm->sm ? &rec : NULL, &bytes, e);
     up_close(&up);
+    if (m->trace)
+        trace_span(m->trace, m->trace_tid, "upload", "load", up_t0, trace_now(m->trace) - up_t0);
     if (!st && cm->sm && cm->sm->emb_host)
         st = stream_emb_pointer(cm->sm, &m->tok_emb, &cm->tok_emb, e);
     if (!st && (ce = cudaGetLastError()) != cudaSuccess)

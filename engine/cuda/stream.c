@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../trace.h"
 #include "host_layers.h"
 #include "stream.h"
 
@@ -33,6 +34,12 @@ struct stream_session {
     int n_layers;
     bool pending;             /* a timed pass not yet collected            */
     int pending_tokens;
+    /* The timed pass's trace (trace.h; NULL: none), its tracks, and the host
+     * time its t0 was enqueued at, in the trace's microseconds: the device
+     * runs it a little later, so its spans are placed from there. */
+    engine_trace *trace;
+    int gpu_tid, copy_tid;
+    double t0_us;
     stream_times prefill;
 };
 
@@ -373,8 +380,13 @@ int stream_begin(cuda_session *cs, const engine_session *s, int tokens, bool tim
         ss->pending_tokens = tokens;
     }
     set_kind(cs, s, decode && ss->sm->n_hosted > 0 ? 1 : 0);
-    if (ss->timing)
+    if (ss->timing) {
         ss->timed_kind = ss->kind;
+        ss->trace = s->trace;
+        ss->gpu_tid = s->trace_gpu_tid;
+        ss->copy_tid = s->trace_copy_tid;
+        ss->t0_us = trace_now(s->trace);
+    }
     cudaError_t ce = ss->timing ? cudaEventRecord(ss->t0, cs->lc.stream) : cudaSuccess;
     if (ce == cudaSuccess)
         ce = cudaEventRecord(ss->fork, cs->lc.stream);
@@ -506,6 +518,18 @@ void stream_collect(cuda_session *cs, int tokens, stream_times *t)
             const double a = cb[j] > lb[l] ? cb[j] : lb[l], b = cend[j] < le[l] ? cend[j] : le[l];
             if (b > a)
                 overlap += b - a;
+        }
+    }
+    if (ss->trace) {
+        /* The same events as spans: each layer on the compute track, each copy on the copy engine's. */
+        for (int l = 0; l < L; l++)
+            trace_span_args(ss->trace, ss->gpu_tid, "layer", l, "layer", ss->t0_us + lb[l] * 1e6,
+                            (le[l] - lb[l]) * 1e6, NULL, 0, NULL, 0);
+        for (int j = 0; j < n; j++) {
+            const int u = order[j], layer = sm->layer_of[u];
+            trace_span_args(ss->trace, ss->copy_tid, layer >= 0 ? "copy layer" : "copy head block",
+                            layer >= 0 ? layer : u - sm->n, "copy", ss->t0_us + cb[j] * 1e6, (cend[j] - cb[j]) * 1e6,
+                            "bytes", (double)sm->bytes[u], NULL, 0);
         }
     }
     free(cb);
