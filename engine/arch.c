@@ -2,7 +2,8 @@
  * arch.c: the table of supported architectures and the binding of their
  * weights (names and shapes as transformers saves them) to views into the
  * mapping. Every architecture here shares tensor names; what differs is a
- * row of flags.
+ * row of flags (OLMo 2's post_attention_layernorm is the one name whose
+ * place differs, model_bind_weights).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -11,11 +12,13 @@
 #include "model.h"
 
 static const arch_features ARCHES[] = {
-    /* name                 qkv_bias qk_norm config_bias sliding_window */
-    {"LlamaForCausalLM",    false,   false,  true,       false},
-    {"MistralForCausalLM",  false,   false,  false,      true},
-    {"Qwen2ForCausalLM",    true,    false,  false,      true},
-    {"Qwen3ForCausalLM",    false,   true,   true,       true},
+    /* name                 label      qkv_bias qk_norm    config_bias sliding_window post_norms multipliers cuda */
+    {"LlamaForCausalLM",    "Llama",   false,   QK_NONE,   true,       false,         false,     false,      true},
+    {"MistralForCausalLM",  "Mistral", false,   QK_NONE,   false,      true,          false,     false,      true},
+    {"Qwen2ForCausalLM",    "Qwen2",   true,    QK_NONE,   false,      true,          false,     false,      true},
+    {"Qwen3ForCausalLM",    "Qwen3",   false,   QK_HEAD,   true,       true,          false,     false,      true},
+    {"GraniteForCausalLM",  "Granite", false,   QK_NONE,   true,       false,         false,     true,       false},
+    {"Olmo2ForCausalLM",    "OLMo 2",  false,   QK_WHOLE,  true,       false,         true,      false,      false},
 };
 
 const arch_features *arch_find(const char *name)
@@ -28,7 +31,8 @@ const arch_features *arch_find(const char *name)
 
 const char *arch_supported_list(void)
 {
-    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GraniteForCausalLM, "
+           "Olmo2ForCausalLM";
 }
 
 static k_dtype to_kdtype(st_dtype t)
@@ -127,7 +131,11 @@ engine_status model_bind_weights(engine_model *m, err_buf *e)
         snprintf(name, sizeof name, "model.layers.%d.%s", l, (suffix));         \
         BIND(w, rows, cols, optional);                                          \
     } while (0)
-        LAYER(&L->attn_norm, "input_layernorm.weight", dim, 0, false);
+        /* OLMo 2 norms each block's output instead of its input: its
+         * post_attention_layernorm follows attention, where Llama's comes
+         * before the MLP. */
+        if (!a->post_norms)
+            LAYER(&L->attn_norm, "input_layernorm.weight", dim, 0, false);
         LAYER(&L->wq, "self_attn.q_proj.weight", qd, dim, false);
         LAYER(&L->wk, "self_attn.k_proj.weight", kvd, dim, false);
         LAYER(&L->wv, "self_attn.v_proj.weight", kvd, dim, false);
@@ -139,11 +147,16 @@ engine_status model_bind_weights(engine_model *m, err_buf *e)
         }
         if (attn_bias)
             LAYER(&L->bo, "self_attn.o_proj.bias", dim, 0, false);
-        if (a->qk_norm) {
-            LAYER(&L->q_norm, "self_attn.q_norm.weight", hd, 0, false);
-            LAYER(&L->k_norm, "self_attn.k_norm.weight", hd, 0, false);
+        if (a->qk_norm != QK_NONE) {
+            LAYER(&L->q_norm, "self_attn.q_norm.weight", a->qk_norm == QK_WHOLE ? qd : hd, 0, false);
+            LAYER(&L->k_norm, "self_attn.k_norm.weight", a->qk_norm == QK_WHOLE ? kvd : hd, 0, false);
         }
-        LAYER(&L->ffn_norm, "post_attention_layernorm.weight", dim, 0, false);
+        if (a->post_norms) {
+            LAYER(&L->attn_post_norm, "post_attention_layernorm.weight", dim, 0, false);
+            LAYER(&L->ffn_post_norm, "post_feedforward_layernorm.weight", dim, 0, false);
+        } else {
+            LAYER(&L->ffn_norm, "post_attention_layernorm.weight", dim, 0, false);
+        }
         LAYER(&L->w_gate, "mlp.gate_proj.weight", ffn, dim, false);
         LAYER(&L->w_up, "mlp.up_proj.weight", ffn, dim, false);
         LAYER(&L->w_down, "mlp.down_proj.weight", dim, ffn, false);

@@ -1,8 +1,8 @@
 /*
  * forward_cpu.c: one pass of the decoder over a batch of new tokens on the
  * CPU, and the RoPE tables it reads. The architecture's feature row decides
- * the optional steps (biases, q/k norms, sliding window); there is one
- * forward pass for all of them.
+ * the optional steps (biases, q/k norms, sliding window, post norms,
+ * Granite's multipliers); there is one forward pass for all of them.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -50,33 +50,58 @@ void rope_tables(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t)
  * layers it leaves to the host (cuda/host_layers.c) with the attention on
  * the device.
  *
- * Before: xb = rmsnorm(x), then q, k, v = W xb, with their biases when
- * with_bias (the GPU's attention adds them itself).
+ * Before: xb = rmsnorm(x) (x itself with post norms), then q, k, v = W xb,
+ * with their biases when with_bias (the GPU's attention adds them itself).
  */
 void cpu_layer_qkv(const engine_model *m, const k_ctx *kc, int l, int n, const float *x, float *xb, float *q,
                    float *k, float *v, bool with_bias)
 {
     const layer_weights *L = &m->layers[l];
-    k_rmsnorm(kc, xb, x, n, m->cfg.dim, &L->attn_norm, (float)m->cfg.rms_eps);
-    k_matmul(kc, q, xb, n, &L->wq, with_bias ? &L->bq : NULL);
-    k_matmul(kc, k, xb, n, &L->wk, with_bias ? &L->bk : NULL);
-    k_matmul(kc, v, xb, n, &L->wv, with_bias ? &L->bv : NULL);
+    const float *in = x;
+    if (L->attn_norm.data) {
+        k_rmsnorm(kc, xb, x, n, m->cfg.dim, &L->attn_norm, (float)m->cfg.rms_eps);
+        in = xb;
+    }
+    k_matmul(kc, q, in, n, &L->wq, with_bias ? &L->bq : NULL);
+    k_matmul(kc, k, in, n, &L->wk, with_bias ? &L->bk : NULL);
+    k_matmul(kc, v, in, n, &L->wv, with_bias ? &L->bv : NULL);
 }
 
-/* After: x += Wo att + bo, then x += down(silu(gate) * up) of rmsnorm(x). */
+/*
+ * A block's output xb[n, dim] joins the residual stream x: normed first
+ * where the architecture norms outputs (OLMo 2), scaled by Granite's
+ * residual_multiplier.
+ */
+static void residual_add(const engine_model *m, const k_ctx *kc, int n, float *x, float *xb, const k_weight *post_norm)
+{
+    const cfg_model *c = &m->cfg;
+    const size_t len = (size_t)n * c->dim;
+    if (post_norm->data)
+        k_rmsnorm(kc, xb, xb, n, c->dim, post_norm, (float)c->rms_eps);
+    if (c->residual_multiplier != 1.0)
+        k_scale(kc, xb, (float)c->residual_multiplier, len);
+    k_add(kc, x, xb, len);
+}
+
+/* After: x += Wo att + bo, then x += down(silu(gate) * up) of rmsnorm(x)
+ * (of x with post norms), each block's output through residual_add. */
 void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *x, const float *att, float *xb,
                    float *hb, float *hb2)
 {
     const cfg_model *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
     k_matmul(kc, xb, att, n, &L->wo, &L->bo);
-    k_add(kc, x, xb, (size_t)n * c->dim);
-    k_rmsnorm(kc, xb, x, n, c->dim, &L->ffn_norm, (float)c->rms_eps);
-    k_matmul(kc, hb, xb, n, &L->w_gate, &L->b_gate);
-    k_matmul(kc, hb2, xb, n, &L->w_up, &L->b_up);
+    residual_add(m, kc, n, x, xb, &L->attn_post_norm);
+    const float *in = x;
+    if (L->ffn_norm.data) {
+        k_rmsnorm(kc, xb, x, n, c->dim, &L->ffn_norm, (float)c->rms_eps);
+        in = xb;
+    }
+    k_matmul(kc, hb, in, n, &L->w_gate, &L->b_gate);
+    k_matmul(kc, hb2, in, n, &L->w_up, &L->b_up);
     k_swiglu(kc, hb, hb2, (size_t)n * c->ffn_dim);
     k_matmul(kc, xb, hb, n, &L->w_down, &L->b_down);
-    k_add(kc, x, xb, (size_t)n * c->dim);
+    residual_add(m, kc, n, x, xb, &L->ffn_post_norm);
 }
 
 /*
@@ -108,10 +133,16 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
 
     cpu_layer_qkv(m, kc, l, n, s->x, s->xb, s->q, kl, vl, true);
     if (L->q_norm.data) {
-        k_rmsnorm(kc, s->q, s->q, n * nh, hd, &L->q_norm, eps);
-        k_rmsnorm(kc, kl, kl, n * nkv, hd, &L->k_norm, eps);
+        /* Per head (Qwen3), or over each row's whole projection (OLMo 2). */
+        const bool whole = m->arch->qk_norm == QK_WHOLE;
+        k_rmsnorm(kc, s->q, s->q, whole ? n : n * nh, whole ? nh * hd : hd, &L->q_norm, eps);
+        k_rmsnorm(kc, kl, kl, whole ? n : n * nkv, whole ? kvd : hd, &L->k_norm, eps);
     }
     k_rope(kc, s->q, n, nh, hd, s->pos, s->rope_cos, s->rope_sin);
+    /* k_attention_kv scales scores by 1/sqrt(head_dim); Granite's
+     * attention_multiplier replaces that scale, through q. */
+    if (c->attention_multiplier > 0.0)
+        k_scale(kc, s->q, (float)(c->attention_multiplier * sqrt((double)hd)), (size_t)n * nh * hd);
     k_rope(kc, kl, n, nkv, hd, s->pos, s->rope_cos, s->rope_sin);
     if (!direct) {
         k_kv_store(kc, &kv_k, kl, n, pos0, nkv, hd);
@@ -183,6 +214,8 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits,
     for (int t = 0; t < n; t++)
         s->pos[t] = pos0 + t;
     k_embed(kc, s->x, &m->tok_emb, ids, n);
+    if (c->embedding_multiplier != 1.0)
+        k_scale(kc, s->x, (float)c->embedding_multiplier, (size_t)n * c->dim);
     if (tb)
         tb[1] = trace_now(s->trace);
     for (int l = 0; l < c->n_layers; l++) {
@@ -197,6 +230,8 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits,
         /* Scoring: every row's logits (xb holds n_batch rows). */
         k_rmsnorm(kc, s->xb, s->x, n, c->dim, &m->out_norm, (float)c->rms_eps);
         k_matmul(kc, rows, s->xb, n, &m->lm_head, NULL);
+        if (c->logits_scaling != 1.0)
+            k_scale(kc, rows, (float)(1.0 / c->logits_scaling), (size_t)n * c->vocab_size);
         if (want_logits)
             memcpy(s->logits, rows + (size_t)(n - 1) * c->vocab_size, (size_t)c->vocab_size * sizeof *s->logits);
     } else if (want_logits) {
@@ -204,6 +239,8 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits,
         const float *last = s->x + (size_t)(n - 1) * c->dim;
         k_rmsnorm(kc, s->xb, last, 1, c->dim, &m->out_norm, (float)c->rms_eps);
         k_matmul(kc, s->logits, s->xb, 1, &m->lm_head, NULL);
+        if (c->logits_scaling != 1.0)
+            k_scale(kc, s->logits, (float)(1.0 / c->logits_scaling), (size_t)c->vocab_size);
     }
     if (tb)
         tb[2 + c->n_layers] = trace_now(s->trace);

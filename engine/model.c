@@ -232,6 +232,14 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
      * cleared, so that the config alone says which layers have one. */
     if (!m->arch->sliding_window)
         m->cfg.sliding_window = m->cfg.sliding_from_layer = 0;
+    /* Likewise Granite's scalings; GraniteConfig's attention_multiplier
+     * defaults to 1 (not 1/sqrt(head_dim)). */
+    if (!m->arch->multipliers) {
+        m->cfg.embedding_multiplier = m->cfg.residual_multiplier = m->cfg.logits_scaling = 1.0;
+        m->cfg.attention_multiplier = 0.0;
+    } else if (m->cfg.attention_multiplier == 0.0) {
+        m->cfg.attention_multiplier = 1.0;
+    }
     snprintf(file, sizeof file, "%s/generation_config.json", dir);
     if ((st = cfg_load_generation(file, &m->gen, e)))
         return st;
@@ -351,6 +359,15 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->trace_tid = trace_track(m->trace, "load");
     const double load_t0 = trace_now(m->trace);
     engine_status st = load(m, path, &e);
+    /* An architecture the CUDA backend does not run yet: --device cuda
+     * fails, auto runs it on the CPU (README, "Supported architectures"). */
+    if (!st && m->device == ENGINE_DEVICE_CUDA && !m->arch->cuda) {
+        if (p.device == ENGINE_DEVICE_CUDA)
+            st = err_set(&e, ENGINE_ERR_UNSUPPORTED, "%s: %s (%s) is not yet supported on CUDA; use --device cpu", path,
+                         m->arch->label, m->arch->name);
+        else
+            m->device = ENGINE_DEVICE_CPU;
+    }
     if (!st && p.quant != ENGINE_QUANT_NONE) {
         LOAD_SPAN(m, "quantize on load", st = quantize_on_load(m, p.quant, path, &e));
         m->weight_dtype = dominant_dtype(m);
@@ -379,6 +396,8 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     /* A CPU-only build runs on the CPU by choice; a CUDA build says why it does. */
     if (p.device == ENGINE_DEVICE_AUTO && !have_gpu)
         model_log(m, ENGINE_LOG_WARN, "no usable GPU (%s): running on the CPU", why);
+    else if (p.device == ENGINE_DEVICE_AUTO && m->device == ENGINE_DEVICE_CPU)
+        model_log(m, ENGINE_LOG_WARN, "%s is not yet supported on CUDA: running on the CPU", m->arch->label);
 #endif
     if (m->trace)
         trace_model(m, path, load_t0);

@@ -23,12 +23,25 @@
  * What distinguishes the supported architectures. The forward pass reads
  * these flags; it is never copied per architecture.
  */
+typedef enum arch_qk_norm {
+    QK_NONE = 0,
+    QK_HEAD,              /* RMSNorm of each head of q and k, weights [head_dim] (Qwen3) */
+    QK_WHOLE              /* RMSNorm of the whole q and k projections, weights
+                             [n_heads*head_dim] and [n_kv_heads*head_dim] (OLMo 2) */
+} arch_qk_norm;
+
 typedef struct arch_features {
     const char *name;     /* config.json "architectures"[0]                      */
+    const char *label;    /* the family's name in messages, e.g. "Granite"       */
     bool qkv_bias;        /* q/k/v projections always carry a bias (Qwen2)       */
-    bool qk_norm;         /* per-head RMSNorm on q and k before RoPE (Qwen3)     */
+    arch_qk_norm qk_norm; /* RMSNorm on q and k before RoPE                      */
     bool config_bias;     /* config's attention_bias adds q/k/v/o biases         */
     bool sliding_window;  /* config's sliding_window limits attention (Mistral)  */
+    bool post_norms;      /* RMSNorms on the attention and MLP outputs before the
+                             residual add, none on their inputs (OLMo 2)         */
+    bool multipliers;     /* config's embedding/residual/attention multipliers and
+                             logits_scaling (Granite); else cleared (no scaling) */
+    bool cuda;            /* the CUDA backend runs it; else loading on CUDA fails */
 } arch_features;
 
 /* The row for an architecture name, or NULL. */
@@ -37,14 +50,17 @@ const arch_features *arch_find(const char *name);
 const char *arch_supported_list(void);
 
 typedef struct layer_weights {
-    k_weight attn_norm;        /* [dim]                                   */
+    k_weight attn_norm;        /* [dim]; data NULL with post norms        */
     k_weight wq;               /* [n_heads*head_dim, dim]                 */
     k_weight wk;               /* [n_kv_heads*head_dim, dim]              */
     k_weight wv;               /* [n_kv_heads*head_dim, dim]              */
     k_weight wo;               /* [dim, n_heads*head_dim]                 */
     k_weight bq, bk, bv, bo;   /* biases of the above; data NULL if none  */
-    k_weight q_norm, k_norm;   /* [head_dim]; data NULL if none           */
-    k_weight ffn_norm;         /* [dim]                                   */
+    k_weight q_norm, k_norm;   /* [head_dim] (QK_HEAD), or [n_heads*head_dim] and
+                                  [n_kv_heads*head_dim] (QK_WHOLE); data NULL if none */
+    k_weight ffn_norm;         /* [dim]; data NULL with post norms        */
+    k_weight attn_post_norm;   /* [dim] on attention's output (OLMo 2); else data NULL */
+    k_weight ffn_post_norm;    /* [dim] on the MLP's output (OLMo 2); else data NULL   */
     k_weight w_gate;           /* [ffn_dim, dim]                          */
     k_weight w_up;             /* [ffn_dim, dim]                          */
     k_weight w_down;           /* [dim, ffn_dim]                          */

@@ -220,6 +220,9 @@ void k_swiglu(const k_ctx *c, float *gate, const float *up, size_t n);
 /* y[i] += x[i] for i < n. */
 void k_add(const k_ctx *c, float *y, const float *x, size_t n);
 
+/* y[i] *= a for i < n. */
+void k_scale(const k_ctx *c, float *y, float a, size_t n);
+
 /* y[t, :] = row ids[t] of emb as fp32, for t < n. emb must be dense
  * (F32/F16/BF16): embeddings are never quantized. */
 void k_embed(const k_ctx *c, float *y, const k_weight *emb, const int32_t *ids, int n);

@@ -387,6 +387,11 @@ static engine_status cfg_parse_model(const cfg_ctx *c, const json_t *root, cfg_m
         return err_set(c->e, ENGINE_ERR_FORMAT, "%s: num_attention_heads %d x head_dim %d does not fit in 32 bits",
                        c->path, m->n_heads, m->head_dim);
 
+    if ((st = cfg_num(c, root, "embedding_multiplier", false, 1.0, true, &m->embedding_multiplier)) ||
+        (st = cfg_num(c, root, "residual_multiplier", false, 1.0, true, &m->residual_multiplier)) ||
+        (st = cfg_num(c, root, "attention_multiplier", false, 0.0, true, &m->attention_multiplier)) ||
+        (st = cfg_num(c, root, "logits_scaling", false, 1.0, true, &m->logits_scaling)))
+        return st;
     if ((st = cfg_num(c, root, "rms_norm_eps", false, 1e-6, true, &m->rms_eps)) ||
         (st = cfg_bool(c, root, "tie_word_embeddings", false, &m->tie_embeddings)) ||
         (st = cfg_bool(c, root, "attention_bias", false, &m->attention_bias)) ||

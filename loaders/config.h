@@ -47,6 +47,14 @@ typedef struct cfg_model {
     double rope_low_freq_factor;
     double rope_high_freq_factor;
     int rope_original_max_position;
+    /* Granite's scalings (the engine clears them to 1 for an architecture
+     * without them): */
+    double embedding_multiplier; /* embeddings times this (default 1)      */
+    double residual_multiplier;  /* each block's output times this before
+                                    the residual add (default 1)           */
+    double attention_multiplier; /* the attention score scale; 0 when absent
+                                    (1/sqrt(head_dim), or the architecture's) */
+    double logits_scaling;       /* logits divided by this (default 1)     */
     bool tie_embeddings;    /* tie_word_embeddings                         */
     bool attention_bias;    /* q/k/v/o bias (Llama) -- Qwen2 implies q/k/v */
     bool mlp_bias;

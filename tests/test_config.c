@@ -201,6 +201,15 @@ static void test_defaults_and_layouts(void)
     CHECK(!m.tie_embeddings && !m.attention_bias && !m.mlp_bias && m.sliding_window == 0);
     CHECK(near(m.rope_theta, 10000.0) && m.rope_type == CFG_ROPE_DEFAULT && near(m.rope_factor, 1.0));
     CHECK(m.bos_id == -1 && m.n_eos == 0);
+    CHECK(m.embedding_multiplier == 1.0 && m.residual_multiplier == 1.0 && m.attention_multiplier == 0.0 &&
+          m.logits_scaling == 1.0);
+    /* Granite's scalings (the architecture's row decides whether they apply, model.c). */
+    CHECK(load_text(config_with("\"embedding_multiplier\": 12, \"residual_multiplier\": 0.22,"
+                                " \"attention_multiplier\": 0.0078125, \"logits_scaling\": 8.0",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(near(m.embedding_multiplier, 12.0) && near(m.residual_multiplier, 0.22) &&
+          near(m.attention_multiplier, 0.0078125) && near(m.logits_scaling, 8.0));
 
     /* Older layout: linear scaling under the pre-4.45 key "type". */
     CHECK(load_text(config_with("\"rope_theta\": 20000, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 4.0}",
@@ -290,6 +299,10 @@ static void test_bad_model(void)
                  "num_attention_heads 4 x head_dim 1073741824 does not fit in 32 bits");
     expect_model(config_with("\"rms_norm_eps\": \"1e-5\"", NULL), ENGINE_ERR_FORMAT, "'rms_norm_eps' must be a number");
     expect_model(config_with("\"rms_norm_eps\": 0", NULL), ENGINE_ERR_FORMAT, "'rms_norm_eps'");
+    expect_model(config_with("\"logits_scaling\": 0", NULL), ENGINE_ERR_FORMAT, "'logits_scaling' is 0");
+    expect_model(config_with("\"attention_multiplier\": -1", NULL), ENGINE_ERR_FORMAT, "'attention_multiplier'");
+    expect_model(config_with("\"residual_multiplier\": \"x\"", NULL), ENGINE_ERR_FORMAT,
+                 "'residual_multiplier' must be a number");
     expect_model(config_with("\"tie_word_embeddings\": 1", NULL), ENGINE_ERR_FORMAT, "'tie_word_embeddings'");
     expect_model(config_with("\"sliding_window\": -1", NULL), ENGINE_ERR_FORMAT, "'sliding_window'");
     expect_model(config_with("\"hidden_act\": 3", NULL), ENGINE_ERR_FORMAT, "'hidden_act' must be a string");

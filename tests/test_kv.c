@@ -712,8 +712,8 @@ static void model_default(void)
 
 static void model_tests(void)
 {
-    static const char *fixtures[] = {"llama_f32",       "llama_bias_f16", "llama_tied_bf16_oldconfig",
-                                     "mistral_sharded", "qwen2_bf16",     "qwen3_f32"};
+    static const char *fixtures[] = {"llama_f32",  "llama_bias_f16", "llama_tied_bf16_oldconfig", "mistral_sharded",
+                                     "qwen2_bf16", "qwen3_f32",      "granite_f32",               "olmo2_f32"};
     char path[512];
     for (int i = -1; i < (int)(sizeof fixtures / sizeof fixtures[0]); i++) {
         const char *name = i < 0 ? "stories260K" : fixtures[i];

@@ -1,5 +1,5 @@
-/* elementwise.c: the small per-element ops (SwiGLU, residual add) and the
- * embedding lookup. */
+/* elementwise.c: the small per-element ops (SwiGLU, residual add, scaling)
+ * and the embedding lookup. */
 #include <math.h>
 
 #include "../kernels.h"
@@ -18,6 +18,13 @@ void k_add(const k_ctx *c, float *y, const float *x, size_t n)
 #pragma omp parallel for simd num_threads(c->n_threads) schedule(static) if (n >= K_PARALLEL_MIN_WORK)
     for (size_t i = 0; i < n; i++)
         y[i] += x[i];
+}
+
+void k_scale(const k_ctx *c, float *y, float a, size_t n)
+{
+#pragma omp parallel for simd num_threads(c->n_threads) schedule(static) if (n >= K_PARALLEL_MIN_WORK)
+    for (size_t i = 0; i < n; i++)
+        y[i] *= a;
 }
 
 void k_embed(const k_ctx *c, float *y, const k_weight *emb, const int32_t *ids, int n)
