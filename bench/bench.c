@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--trace FILE.json]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--trace FILE.json] [--trace-svg FILE.svg]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode), so
@@ -16,6 +16,7 @@
  * and the device memory report. --trace FILE.json records the load and every
  * repetition's passes (warm-up included) as a Chrome trace-event file
  * (infer --help); it makes each pass a little slower (docs/API.md, Trace).
+ * --trace-svg FILE.svg draws that trace as an SVG timeline (tools/trace_svg.h).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -92,17 +93,20 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--trace") && v) {
             trace.path = v;
             i++;
+        } else if (!strcmp(a, "--trace-svg") && v) {
+            trace.svg_path = v;
+            i++;
         } else if (!strcmp(a, "--ids")) {
             show_ids = 1;
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids] [--trace FILE.json]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids] [--trace FILE.json]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
         return 2;
     }
     char err[512] = "";

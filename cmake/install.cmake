@@ -2,7 +2,7 @@
 #
 #   include/engine.h
 #   lib/libengine.a, lib/libengine.so.0.1.0 (+ .so.0, .so links)
-#   bin/infer, bin/tokenize, bin/quantize, bin/perplexity (the tools, linked statically)
+#   bin/infer, bin/tokenize, bin/quantize, bin/perplexity, bin/trace_svg (the tools, linked statically)
 #   lib/pkgconfig/engine.pc          shared: pkg-config --cflags --libs engine
 #   lib/pkgconfig/engine-static.pc   static: pkg-config --cflags --libs engine-static
 #   lib/cmake/engine/                find_package(engine CONFIG [COMPONENTS static])
@@ -23,7 +23,7 @@ install(TARGETS engine_static EXPORT engineStaticTargets
 
 # Tools defined before this file is included; quantize arrives with quantization.
 set(ENGINE_INSTALL_TOOLS "")
-foreach(tool infer tokenize quantize perplexity)
+foreach(tool infer tokenize quantize perplexity trace_svg)
   if(TARGET ${tool})
     list(APPEND ENGINE_INSTALL_TOOLS ${tool})
   endif()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_trace_cli.sh: --trace FILE.json on infer, bench and perplexity (CPU).
-# Each file is parsed with jq and checked:
+# Each file is parsed with jq and checked (tests/trace_check.sh):
 #  - a trace-event JSON object: {"traceEvents": [...]}, every event with the
 #    fields Perfetto requires (name, ph, ts, pid, tid; dur for "X"), every
 #    track named by a thread_name event;
@@ -22,52 +22,9 @@ fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 export OMP_NUM_THREADS=2
 command -v jq >/dev/null || { echo "SKIP: jq not found"; exit 77; }
 
-# check NAME FILE [EXPECT_LAYERS]: the checks above on one trace.
-check() {
-  local name=$1 f=$2 out
-  jq -e 'type == "object" and (.traceEvents | type == "array") and (.traceEvents | length > 0)' "$f" >/dev/null 2>&1 ||
-    { fail "$name: not a trace-event JSON object"; return; }
-  out=$(jq -r '.traceEvents[] | select((.name | type) != "string" or (.ph | type) != "string" or (.ts | type) != "number"
-               or (.pid | type) != "number" or (.tid | type) != "number"
-               or (.ph == "X" and ((.dur | type) != "number" or .dur < 0))) | tostring' "$f")
-  [ -z "$out" ] || fail "$name: events lacking a required field: $(head -c 300 <<<"$out")"
-  out=$(jq -r '[.traceEvents[] | select(.ph == "M" and .name == "thread_name") | .tid] as $named
-               | [.traceEvents[] | select(.ph == "X") | .tid] | unique - $named | .[] | tostring' "$f")
-  [ -z "$out" ] || fail "$name: tracks without a thread_name: $out"
-  # Nesting: on each track, sorted by start (longest first), a span that
-  # starts inside an open one must end inside it (1 ns for rounding).
-  out=$(jq -r '[.traceEvents[] | select(.ph == "X")] | group_by(.tid)[] | sort_by(.ts, -.dur)
-               | reduce .[] as $e ({open: [], bad: []};
-                   .open |= map(select(.ts + .dur > $e.ts + 0.001))
-                   | if (.open | length) > 0 and (.open[-1].ts + .open[-1].dur < $e.ts + $e.dur - 0.001)
-                     then .bad += ["\($e.name) at \($e.ts) overlaps \(.open[-1].name) at \(.open[-1].ts)"] else . end
-                   | .open += [$e])
-               | .bad[]' "$f")
-  [ -z "$out" ] || fail "$name: spans overlap on a track: $(head -n 3 <<<"$out")"
-  # Counters within their budgets.
-  out=$(jq -r '(.metadata.budget_bytes // null) as $b | .traceEvents[] | select(.ph == "C")
-               | select((.args | type) != "object" or ([.args[] | type == "number"] | all | not)
-                        or (.args.capacity != null and .args.filled > .args.capacity)
-                        or (.args.budget != null and ([.args | to_entries[] | select(.key != "budget") | .value] | max) > .args.budget)
-                        or ($b != null and .name == "device memory" and .args.mapped > $b))
-               | tostring' "$f")
-  [ -z "$out" ] || fail "$name: counters over their budget: $(head -c 300 <<<"$out")"
-  # The layer spans of each step sum to its span within 5%.
-  out=$(jq -r '[.traceEvents[] | select(.ph == "X")] as $x | $x[] | select(.cat == "step") as $s
-               | ([$x[] | select(.cat == "layer" and .tid == $s.tid and .ts >= $s.ts - 0.001
-                                 and .ts + .dur <= $s.ts + $s.dur + 0.001) | .dur] | add // 0) as $sum
-               | select($sum < 0.95 * $s.dur or $sum > 1.05 * $s.dur)
-               | "\($s.name) at \($s.ts): layers \($sum) us of \($s.dur) us"' "$f")
-  [ -z "$out" ] || fail "$name: layer spans do not add up to their step: $(head -n 3 <<<"$out")"
-  for span in load config "map and validate" "bind weights" "prompt pass" "layer 0" head; do
-    jq -e --arg n "$span" 'any(.traceEvents[]; .ph == "X" and .name == $n)' "$f" >/dev/null ||
-      fail "$name: no '$span' span"
-  done
-  jq -e 'any(.traceEvents[]; .ph == "C" and .name == "KV cache positions" and .args.filled > 0)' "$f" >/dev/null ||
-    fail "$name: no KV cache counter"
-  jq -e '.metadata | (.model | type == "string") and (.device == "cpu") and (.plan | type == "string")
-         and (.budget | type == "string")' "$f" >/dev/null || fail "$name: metadata lacks model, device, plan or budget"
-}
+# The checks above on one trace (tests/trace_check.sh, shared with the GPU checks).
+. "$(dirname "$0")/trace_check.sh"
+check() { trace_check "$@"; }
 
 # decode_steps FILE: how many decode steps the trace holds.
 decode_steps() { jq '[.traceEvents[] | select(.ph == "X" and .name == "decode step")] | length' "$1"; }
@@ -109,6 +66,10 @@ for b in 1 2 3; do
   check "corrupted $b" "$T/bad$b.json" 2>/dev/null
   [ $fails -gt $before ] && fails=$before || fail "the checks pass a corrupted trace (bad$b.json)"
 done
+# The device the metadata must name is a parameter (the GPU checks pass cuda): a CPU trace is not a CUDA one.
+before=$fails
+TRACE_DEVICE=cuda check "as a CUDA trace" "$T/infer.json" 2>/dev/null
+[ $fails -gt $before ] && fails=$before || fail "TRACE_DEVICE=cuda passes a CPU trace"
 
 # Without --trace nothing is written (and nothing is recorded: engine/trace.h).
 mkdir "$T/quiet"

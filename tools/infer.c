@@ -88,6 +88,9 @@ static const char USAGE[] =
     "                        ui.perfetto.dev or chrome://tracing: load steps, each prompt pass\n"
     "                        and decode step, the layers inside (CPU; on a GPU, where the\n"
     "                        passes are timed), KV cache and memory counters\n"
+    "  --trace-svg FILE.svg  draw that trace as an SVG timeline: every track, the counters,\n"
+    "                        one decode step zoomed (with or without --trace; build/trace_svg\n"
+    "                        draws a trace written elsewhere)\n"
     "output:\n"
     "  --json                print one JSON object (ids, text, timings; with --dry-run the plan)\n"
     "  -v, --verbose         log what the engine does on stderr\n"
@@ -495,6 +498,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--trace")) {
             NEED_VALUE();
             trace.path = v;
+        } else if (!strcmp(a, "--trace-svg")) {
+            NEED_VALUE();
+            trace.svg_path = v;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -556,8 +562,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "infer: %s: cannot write the SVG: %s\n", svg.path, strerror(errno));
         return 1;
     }
-    if (trace.path && dry_run) {
-        fprintf(stderr, "infer: --trace records a run: it does nothing with --dry-run\n");
+    if ((trace.path || trace.svg_path) && dry_run) {
+        fprintf(stderr, "infer: --trace and --trace-svg record a run: they do nothing with --dry-run\n");
         svg_discard(&svg);
         return 2;
     }

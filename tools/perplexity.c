@@ -41,6 +41,7 @@ static const char *USAGE =
     "  --kl-base FILE        compare against a --save-logits file of the same text and windows\n"
     "  --trace FILE.json     record the load and each window's passes (with their layers) as a\n"
     "                        Chrome trace-event file for ui.perfetto.dev (see infer --help)\n"
+    "  --trace-svg FILE.svg  draw that trace as an SVG timeline (see infer --help)\n"
     "  --device cpu|cuda|auto, --quant TYPE, --quant-head TYPE, --vram SIZE, --threads N,\n"
     "  --kv auto|f32|f16|bf16|int8|fp8, --batch N: as for infer\n";
 
@@ -360,6 +361,8 @@ int main(int argc, char **argv)
             base_path = v;
         else if (!strcmp(a, "--trace"))
             trace.path = v;
+        else if (!strcmp(a, "--trace-svg"))
+            trace.svg_path = v;
         else if (!strcmp(a, "--ctx") && !strcmp(v, "max"))
             ctx_max = 1;
         else if (!strcmp(a, "--ctx") && !cli_parse_long(v, 2, 1 << 20, &ctx))
