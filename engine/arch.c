@@ -2,23 +2,35 @@
  * arch.c: the table of supported architectures and the binding of their
  * weights (names and shapes as transformers saves them) to views into the
  * mapping. Every architecture here shares tensor names; what differs is a
- * row of flags (OLMo 2's post_attention_layernorm is the one name whose
- * place differs, model_bind_weights).
+ * row of flags (post_attention_layernorm follows attention with NORMS_POST
+ * and NORMS_SANDWICH, where Llama's comes before the MLP; Phi-3's fused
+ * qkv_proj and gate_up_proj are bound as views of their row blocks).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <math.h>
+
+#include "../kernels/cpu/dtype.h"
 #include "model.h"
 
+/* One row per architecture; a feature left out is off (0, false, NULL). */
 static const arch_features ARCHES[] = {
-    /* name                 label      qkv_bias qk_norm    config_bias sliding_window post_norms multipliers cuda */
-    {"LlamaForCausalLM",    "Llama",   false,   QK_NONE,   true,       false,         false,     false,      true},
-    {"MistralForCausalLM",  "Mistral", false,   QK_NONE,   false,      true,          false,     false,      true},
-    {"Qwen2ForCausalLM",    "Qwen2",   true,    QK_NONE,   false,      true,          false,     false,      true},
-    {"Qwen3ForCausalLM",    "Qwen3",   false,   QK_HEAD,   true,       true,          false,     false,      true},
-    {"GraniteForCausalLM",  "Granite", false,   QK_NONE,   true,       false,         false,     true,       false},
-    {"Olmo2ForCausalLM",    "OLMo 2",  false,   QK_WHOLE,  true,       false,         true,      false,      false},
+    {.name = "LlamaForCausalLM", .label = "Llama", .config_bias = true, .cuda = true},
+    {.name = "MistralForCausalLM", .label = "Mistral", .sliding_window = true, .cuda = true},
+    {.name = "Qwen2ForCausalLM", .label = "Qwen2", .qkv_bias = true, .sliding_window = true, .cuda = true},
+    {.name = "Qwen3ForCausalLM", .label = "Qwen3", .qk_norm = QK_HEAD, .config_bias = true, .sliding_window = true,
+     .cuda = true},
+    {.name = "GraniteForCausalLM", .label = "Granite", .config_bias = true, .multipliers = true},
+    {.name = "Olmo2ForCausalLM", .label = "OLMo 2", .qk_norm = QK_WHOLE, .config_bias = true, .norms = NORMS_POST},
+    {.name = "Gemma2ForCausalLM", .label = "Gemma 2", .config_bias = true, .sliding_window = true,
+     .norms = NORMS_SANDWICH, .norm_offset = true, .embed_scale = true, .query_scalar = 256, .softcap = true,
+     .attn_softcap = 50.0, .final_softcap = 30.0, .window_period = 2},
+    {.name = "Gemma3ForCausalLM", .label = "Gemma 3", .qk_norm = QK_HEAD, .config_bias = true,
+     .sliding_window = true, .norms = NORMS_SANDWICH, .norm_offset = true, .embed_scale = true, .query_scalar = 256,
+     .softcap = true, .window_period = 6, .local_rope = true},
+    {.name = "Phi3ForCausalLM", .label = "Phi-3", .sliding_window = true, .fused = true},
 };
 
 const arch_features *arch_find(const char *name)
@@ -32,7 +44,63 @@ const arch_features *arch_find(const char *name)
 const char *arch_supported_list(void)
 {
     return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GraniteForCausalLM, "
-           "Olmo2ForCausalLM";
+           "Olmo2ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM";
+}
+
+engine_status model_apply_arch(engine_model *m, const char *file, err_buf *e)
+{
+    const arch_features *a = m->arch;
+    cfg_model *c = &m->cfg;
+    /* A window in the config of an architecture without one is not used:
+     * cleared, so that the config alone says which layers have one. */
+    if (!a->sliding_window) {
+        c->sliding_window = c->sliding_from_layer = 0;
+        memset(c->sliding_layers, 0, sizeof c->sliding_layers);
+    }
+    /* Gemma's configs before transformers 5 leave layer_types out: every
+     * window_period-th layer is global (Gemma 3: sliding_window_pattern). */
+    if (a->window_period > 0 && !c->layer_types_given && c->sliding_window > 0) {
+        const int period = c->sliding_window_pattern > 0 ? c->sliding_window_pattern : a->window_period;
+        if (c->n_layers > CFG_MAX_LAYERS)
+            return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: %d layers alternating sliding and full; at most %d supported",
+                           file, c->n_layers, CFG_MAX_LAYERS);
+        c->sliding_from_layer = c->n_layers;
+        memset(c->sliding_layers, 0, sizeof c->sliding_layers);
+        for (int l = 0; l < c->n_layers; l++)
+            if ((l + 1) % period != 0)
+                c->sliding_layers[l / 64] |= 1ull << (l % 64);
+    }
+    /* Granite's scalings; GraniteConfig's attention_multiplier defaults to
+     * 1 (not 1/sqrt(head_dim)). */
+    if (!a->multipliers) {
+        c->embedding_multiplier = c->residual_multiplier = c->logits_scaling = 1.0;
+        c->attention_multiplier = 0.0;
+    } else if (c->attention_multiplier == 0.0) {
+        c->attention_multiplier = 1.0;
+    }
+    /* Gemma scales scores by query_pre_attn_scalar^-1/2: the passes read
+     * every score scale from attention_multiplier. */
+    if (a->query_scalar > 0) {
+        if (c->query_pre_attn_scalar == 0.0)
+            c->query_pre_attn_scalar = a->query_scalar;
+        c->attention_multiplier = 1.0 / sqrt(c->query_pre_attn_scalar);
+    } else {
+        c->query_pre_attn_scalar = 0.0;
+    }
+    if (!a->softcap) {
+        c->attn_softcap = c->final_softcap = 0.0;
+    } else {
+        if (c->attn_softcap < 0.0)
+            c->attn_softcap = a->attn_softcap;
+        if (c->final_softcap < 0.0)
+            c->final_softcap = a->final_softcap;
+    }
+    if (!a->local_rope) {
+        c->rope_local_theta = 0.0;
+    } else if (c->rope_local_theta == 0.0) {
+        c->rope_local_theta = 10000.0; /* Gemma3TextConfig's default */
+    }
+    return ENGINE_OK;
 }
 
 static k_dtype to_kdtype(st_dtype t)
@@ -90,6 +158,43 @@ static engine_status bind(engine_model *m, k_weight *w, const char *name, int ro
     return ENGINE_OK;
 }
 
+/*
+ * out = rows [row0, row0 + rows) of the bound matrix w, as a view (a fused
+ * tensor's part: nothing is copied). Dense and int8 rows are contiguous; a
+ * 4-bit matrix's blocks run across rows, so its part must start on a block
+ * boundary (and, double-quantized, on one of the absmax scales' blocks).
+ */
+static engine_status row_view(const engine_model *m, const k_weight *w, int row0, int rows, k_weight *out,
+                              const char *name, err_buf *e)
+{
+    *out = *w;
+    out->rows = rows;
+    const size_t e0 = (size_t)row0 * (size_t)w->cols;
+    if (!k_dtype_is_quant(w->dtype)) {
+        out->data = (const char *)w->data + e0 * k_dtype_size(w->dtype);
+        return ENGINE_OK;
+    }
+    if (w->dtype == K_I8) {
+        out->data = (const int8_t *)w->data + e0;
+        out->scales = w->scales + (size_t)row0 * (size_t)((w->cols + w->group - 1) / w->group);
+        return ENGINE_OK;
+    }
+    const size_t b0 = w->block > 0 ? e0 / (size_t)w->block : 0;
+    if (w->block <= 0 || e0 % (size_t)w->block != 0 || e0 % 2 != 0 ||
+        (w->absmax_q && b0 % (size_t)w->absmax_block != 0))
+        return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: tensor '%s' is fused and 4-bit, and its part at row %d does "
+                       "not start on a quantization block; quantize the original checkpoint instead",
+                       st_file_path(m->weights, 0), name, row0);
+    out->data = (const uint8_t *)w->data + e0 / 2;
+    if (w->absmax_q) {
+        out->absmax_q = w->absmax_q + b0;
+        out->absmax_scale = w->absmax_scale + b0 / (size_t)w->absmax_block;
+    } else {
+        out->absmax = w->absmax + b0;
+    }
+    return ENGINE_OK;
+}
+
 engine_status model_bind_weights(engine_model *m, err_buf *e)
 {
     const cfg_model *c = &m->cfg;
@@ -131,14 +236,23 @@ engine_status model_bind_weights(engine_model *m, err_buf *e)
         snprintf(name, sizeof name, "model.layers.%d.%s", l, (suffix));         \
         BIND(w, rows, cols, optional);                                          \
     } while (0)
-        /* OLMo 2 norms each block's output instead of its input: its
-         * post_attention_layernorm follows attention, where Llama's comes
-         * before the MLP. */
-        if (!a->post_norms)
+        /* NORMS_POST (OLMo 2) norms each block's output instead of its
+         * input, NORMS_SANDWICH (Gemma) both: their post_attention_layernorm
+         * follows attention, where Llama's comes before the MLP. */
+        if (a->norms != NORMS_POST)
             LAYER(&L->attn_norm, "input_layernorm.weight", dim, 0, false);
-        LAYER(&L->wq, "self_attn.q_proj.weight", qd, dim, false);
-        LAYER(&L->wk, "self_attn.k_proj.weight", kvd, dim, false);
-        LAYER(&L->wv, "self_attn.v_proj.weight", kvd, dim, false);
+        if (a->fused) {
+            k_weight qkv;
+            LAYER(&qkv, "self_attn.qkv_proj.weight", qd + 2 * kvd, dim, false);
+            if ((st = row_view(m, &qkv, 0, qd, &L->wq, name, e)) ||
+                (st = row_view(m, &qkv, qd, kvd, &L->wk, name, e)) ||
+                (st = row_view(m, &qkv, qd + kvd, kvd, &L->wv, name, e)))
+                return st;
+        } else {
+            LAYER(&L->wq, "self_attn.q_proj.weight", qd, dim, false);
+            LAYER(&L->wk, "self_attn.k_proj.weight", kvd, dim, false);
+            LAYER(&L->wv, "self_attn.v_proj.weight", kvd, dim, false);
+        }
         LAYER(&L->wo, "self_attn.o_proj.weight", dim, qd, false);
         if (qkv_bias) {
             LAYER(&L->bq, "self_attn.q_proj.bias", qd, 0, false);
@@ -151,14 +265,24 @@ engine_status model_bind_weights(engine_model *m, err_buf *e)
             LAYER(&L->q_norm, "self_attn.q_norm.weight", a->qk_norm == QK_WHOLE ? qd : hd, 0, false);
             LAYER(&L->k_norm, "self_attn.k_norm.weight", a->qk_norm == QK_WHOLE ? kvd : hd, 0, false);
         }
-        if (a->post_norms) {
+        if (a->norms != NORMS_PRE) {
             LAYER(&L->attn_post_norm, "post_attention_layernorm.weight", dim, 0, false);
             LAYER(&L->ffn_post_norm, "post_feedforward_layernorm.weight", dim, 0, false);
+            if (a->norms == NORMS_SANDWICH)
+                LAYER(&L->ffn_norm, "pre_feedforward_layernorm.weight", dim, 0, false);
         } else {
             LAYER(&L->ffn_norm, "post_attention_layernorm.weight", dim, 0, false);
         }
-        LAYER(&L->w_gate, "mlp.gate_proj.weight", ffn, dim, false);
-        LAYER(&L->w_up, "mlp.up_proj.weight", ffn, dim, false);
+        if (a->fused) {
+            k_weight gu;
+            LAYER(&gu, "mlp.gate_up_proj.weight", 2 * ffn, dim, false);
+            if ((st = row_view(m, &gu, 0, ffn, &L->w_gate, name, e)) ||
+                (st = row_view(m, &gu, ffn, ffn, &L->w_up, name, e)))
+                return st;
+        } else {
+            LAYER(&L->w_gate, "mlp.gate_proj.weight", ffn, dim, false);
+            LAYER(&L->w_up, "mlp.up_proj.weight", ffn, dim, false);
+        }
         LAYER(&L->w_down, "mlp.down_proj.weight", dim, ffn, false);
         if (c->mlp_bias) {
             LAYER(&L->b_gate, "mlp.gate_proj.bias", ffn, 0, false);
@@ -166,6 +290,14 @@ engine_status model_bind_weights(engine_model *m, err_buf *e)
             LAYER(&L->b_down, "mlp.down_proj.bias", dim, 0, false);
         }
 #undef LAYER
+    }
+    /* transformers multiplies by sqrt(hidden_size) cast to the table's dtype
+     * (Gemma 2304 -> 48 exactly, but 3584 -> 59.75 in bf16). */
+    if (a->embed_scale) {
+        const float s = (float)sqrt((double)dim);
+        m->cfg.embedding_multiplier = m->tok_emb.dtype == K_BF16  ? bf16_to_f32(f32_to_bf16(s))
+                                      : m->tok_emb.dtype == K_F16 ? f16_to_f32(f32_to_f16(s))
+                                                                  : s;
     }
 #undef BIND
 #undef BIND_NAMED

@@ -1,8 +1,10 @@
 /*
  * forward_cpu.c: one pass of the decoder over a batch of new tokens on the
  * CPU, and the RoPE tables it reads. The architecture's feature row decides
- * the optional steps (biases, q/k norms, sliding window, post norms,
- * Granite's multipliers); there is one forward pass for all of them.
+ * the optional steps (biases, q/k norms, sliding windows, post and sandwich
+ * norms, Granite's multipliers, Gemma's (1 + w) norms, GeGLU and
+ * soft-capping, Phi-3's partial rotary and longrope); there is one forward
+ * pass for all of them.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -13,24 +15,39 @@
 
 void rope_tables(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t)
 {
-    const int half = c->head_dim / 2;
+    rope_tables_ex(c, n_ctx, false, false, cos_t, sin_t);
+}
+
+void rope_tables_ex(const cfg_model *c, int n_ctx, bool local, bool long_factors, float *cos_t, float *sin_t)
+{
+    /* Gemma 3's sliding layers: their own theta, default or linear only. */
+    const cfg_rope_type type = local ? c->rope_local_type : c->rope_type;
+    const double theta = local ? c->rope_local_theta : c->rope_theta;
+    const double factor = local ? c->rope_local_factor : c->rope_factor;
+    const int rot = c->rotary_dim > 0 ? c->rotary_dim : c->head_dim, half = rot / 2;
+    /* longrope scales cos and sin themselves (transformers' attention_scaling). */
+    const float mscale = type == CFG_ROPE_LONGROPE ? (float)c->rope_attention_factor : 1.0f;
     for (int i = 0; i < half; i++) {
-        double inv_freq = 1.0 / pow(c->rope_theta, (2.0 * i) / c->head_dim);
-        if (c->rope_type == CFG_ROPE_LLAMA3) {
+        double inv_freq = 1.0 / pow(theta, (2.0 * i) / rot);
+        if (type == CFG_ROPE_LLAMA3) {
             /* Llama 3.1: long wavelengths slowed by factor, short kept, a smooth ramp between. */
             const double old = c->rope_original_max_position;
             const double low_wavelen = old / c->rope_low_freq_factor;
             const double high_wavelen = old / c->rope_high_freq_factor;
             const double wavelen = 2.0 * 3.14159265358979323846 / inv_freq;
             if (wavelen > low_wavelen) {
-                inv_freq /= c->rope_factor;
+                inv_freq /= factor;
             } else if (wavelen >= high_wavelen) {
                 double smooth = (old / wavelen - c->rope_low_freq_factor) /
                                 (c->rope_high_freq_factor - c->rope_low_freq_factor);
-                inv_freq = (1.0 - smooth) * inv_freq / c->rope_factor + smooth * inv_freq;
+                inv_freq = (1.0 - smooth) * inv_freq / factor + smooth * inv_freq;
             }
-        } else if (c->rope_type == CFG_ROPE_LINEAR) {
-            inv_freq /= c->rope_factor;
+        } else if (type == CFG_ROPE_LINEAR) {
+            inv_freq /= factor;
+        } else if (type == CFG_ROPE_LONGROPE) {
+            /* Each frequency slowed by its own factor: the short ones while
+             * a sequence fits the original context, the long ones after. */
+            inv_freq /= long_factors ? c->rope_long_factor[i] : c->rope_short_factor[i];
         }
         /* transformers forms the angle p * inv_freq in fp32 (even for a
          * float64 model); rounding it the same way keeps long positions in
@@ -38,10 +55,17 @@ void rope_tables(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t)
         const float f = (float)inv_freq;
         for (int p = 0; p < n_ctx; p++) {
             const float angle = (float)p * f;
-            cos_t[(size_t)p * half + i] = (float)cos(angle);
-            sin_t[(size_t)p * half + i] = (float)sin(angle);
+            cos_t[(size_t)p * half + i] = (float)cos(angle) * mscale;
+            sin_t[(size_t)p * half + i] = (float)sin(angle) * mscale;
         }
     }
+}
+
+/* RMSNorm as the architecture forms it: Gemma's scales by (1 + w). */
+static inline void norm(const engine_model *m, const k_ctx *kc, float *y, const float *x, int n, int dim,
+                        const k_weight *w)
+{
+    k_rmsnorm_ex(kc, y, x, n, dim, w, (float)m->cfg.rms_eps, m->arch->norm_offset ? 1.0f : 0.0f);
 }
 
 /*
@@ -59,7 +83,7 @@ void cpu_layer_qkv(const engine_model *m, const k_ctx *kc, int l, int n, const f
     const layer_weights *L = &m->layers[l];
     const float *in = x;
     if (L->attn_norm.data) {
-        k_rmsnorm(kc, xb, x, n, m->cfg.dim, &L->attn_norm, (float)m->cfg.rms_eps);
+        norm(m, kc, xb, x, n, m->cfg.dim, &L->attn_norm);
         in = xb;
     }
     k_matmul(kc, q, in, n, &L->wq, with_bias ? &L->bq : NULL);
@@ -69,7 +93,7 @@ void cpu_layer_qkv(const engine_model *m, const k_ctx *kc, int l, int n, const f
 
 /*
  * A block's output xb[n, dim] joins the residual stream x: normed first
- * where the architecture norms outputs (OLMo 2), scaled by Granite's
+ * where the architecture norms outputs (OLMo 2, Gemma), scaled by Granite's
  * residual_multiplier.
  */
 static void residual_add(const engine_model *m, const k_ctx *kc, int n, float *x, float *xb, const k_weight *post_norm)
@@ -77,14 +101,15 @@ static void residual_add(const engine_model *m, const k_ctx *kc, int n, float *x
     const cfg_model *c = &m->cfg;
     const size_t len = (size_t)n * c->dim;
     if (post_norm->data)
-        k_rmsnorm(kc, xb, xb, n, c->dim, post_norm, (float)c->rms_eps);
+        norm(m, kc, xb, xb, n, c->dim, post_norm);
     if (c->residual_multiplier != 1.0)
         k_scale(kc, xb, (float)c->residual_multiplier, len);
     k_add(kc, x, xb, len);
 }
 
-/* After: x += Wo att + bo, then x += down(silu(gate) * up) of rmsnorm(x)
- * (of x with post norms), each block's output through residual_add. */
+/* After: x += Wo att + bo, then x += down(act(gate) * up) of rmsnorm(x)
+ * (of x with NORMS_POST; act SiLU or Gemma's tanh GELU), each block's
+ * output through residual_add. */
 void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *x, const float *att, float *xb,
                    float *hb, float *hb2)
 {
@@ -94,12 +119,15 @@ void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *
     residual_add(m, kc, n, x, xb, &L->attn_post_norm);
     const float *in = x;
     if (L->ffn_norm.data) {
-        k_rmsnorm(kc, xb, x, n, c->dim, &L->ffn_norm, (float)c->rms_eps);
+        norm(m, kc, xb, x, n, c->dim, &L->ffn_norm);
         in = xb;
     }
     k_matmul(kc, hb, in, n, &L->w_gate, &L->b_gate);
     k_matmul(kc, hb2, in, n, &L->w_up, &L->b_up);
-    k_swiglu(kc, hb, hb2, (size_t)n * c->ffn_dim);
+    if (c->act == CFG_ACT_GELU_TANH)
+        k_geglu(kc, hb, hb2, (size_t)n * c->ffn_dim);
+    else
+        k_swiglu(kc, hb, hb2, (size_t)n * c->ffn_dim);
     k_matmul(kc, xb, hb, n, &L->w_down, &L->b_down);
     residual_add(m, kc, n, x, xb, &L->ffn_post_norm);
 }
@@ -115,7 +143,6 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
     const k_ctx *kc = &s->kc;
     const int hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
     const int kvd = nkv * hd;
-    const float eps = (float)c->rms_eps;
     const layer_weights *L = &m->layers[l];
     const k_kv_type kt = (k_kv_type)s->kv_type;
     /* This layer's caches: its rows follow the layers' before it; a window layer's may be a ring. */
@@ -133,22 +160,24 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
 
     cpu_layer_qkv(m, kc, l, n, s->x, s->xb, s->q, kl, vl, true);
     if (L->q_norm.data) {
-        /* Per head (Qwen3), or over each row's whole projection (OLMo 2). */
+        /* Per head (Qwen3, Gemma 3), or over each row's whole projection (OLMo 2). */
         const bool whole = m->arch->qk_norm == QK_WHOLE;
-        k_rmsnorm(kc, s->q, s->q, whole ? n : n * nh, whole ? nh * hd : hd, &L->q_norm, eps);
-        k_rmsnorm(kc, kl, kl, whole ? n : n * nkv, whole ? kvd : hd, &L->k_norm, eps);
+        norm(m, kc, s->q, s->q, whole ? n : n * nh, whole ? nh * hd : hd, &L->q_norm);
+        norm(m, kc, kl, kl, whole ? n : n * nkv, whole ? kvd : hd, &L->k_norm);
     }
-    k_rope(kc, s->q, n, nh, hd, s->pos, s->rope_cos, s->rope_sin);
-    /* k_attention_kv scales scores by 1/sqrt(head_dim); Granite's
-     * attention_multiplier replaces that scale, through q. */
-    if (c->attention_multiplier > 0.0)
-        k_scale(kc, s->q, (float)(c->attention_multiplier * sqrt((double)hd)), (size_t)n * nh * hd);
-    k_rope(kc, kl, n, nkv, hd, s->pos, s->rope_cos, s->rope_sin);
+    /* Gemma 3's sliding layers rotate by a RoPE of their own. */
+    const bool local = window > 0 && s->rope_cos_local;
+    const float *cs = local ? s->rope_cos_local : s->rope_cos, *sn = local ? s->rope_sin_local : s->rope_sin;
+    k_rope_ex(kc, s->q, n, nh, hd, c->rotary_dim, s->pos, cs, sn);
+    k_rope_ex(kc, kl, n, nkv, hd, c->rotary_dim, s->pos, cs, sn);
     if (!direct) {
         k_kv_store(kc, &kv_k, kl, n, pos0, nkv, hd);
         k_kv_store(kc, &kv_v, vl, n, pos0, nkv, hd);
     }
-    k_attention_kv(kc, s->att, s->q, &kv_k, &kv_v, n, pos0, nh, nkv, hd, window);
+    /* The score scale: 1/sqrt(head_dim), or Granite's attention_multiplier,
+     * or Gemma's query_pre_attn_scalar^-1/2 (model_apply_arch put it there). */
+    const float scale = c->attention_multiplier > 0.0 ? (float)c->attention_multiplier : 1.0f / sqrtf((float)hd);
+    k_attention_kv_ex(kc, s->att, s->q, &kv_k, &kv_v, n, pos0, nh, nkv, hd, window, scale, (float)c->attn_softcap);
     cpu_layer_out(m, kc, l, n, s->x, s->att, s->xb, s->hb, s->hb2);
 }
 
@@ -200,22 +229,73 @@ double cpu_layer_rate(const engine_model *m, const int *layers, int n_layers, in
     return best > 0.0 ? (double)bytes / best : 0.0;
 }
 
+/* Embeddings of n tokens into s->x, scaled where the architecture scales them. */
+static void embed(engine_session *s, const int32_t *ids, int n)
+{
+    const cfg_model *c = &s->model->cfg;
+    k_embed(&s->kc, s->x, &s->model->tok_emb, ids, n);
+    if (c->embedding_multiplier != 1.0)
+        k_scale(&s->kc, s->x, (float)c->embedding_multiplier, (size_t)n * c->dim);
+}
+
+/*
+ * longrope picks its factors by the length of the sequence a pass ends
+ * with, for every position: transformers' Phi-3 computes the whole cache
+ * again (prepare_inputs_for_generation drops it) once the sequence passes
+ * original_max_position_embeddings, so that every key has the long
+ * factors. Here too: a pass that ends past it (or, after the context was
+ * cut back, no longer does) switches the tables and first runs the cached
+ * positions s->tokens[0, pos0) through the layers again.
+ */
+static void longrope_select(engine_session *s, int pos0, int n)
+{
+    const cfg_model *c = &s->model->cfg;
+    if (c->rope_type != CFG_ROPE_LONGROPE)
+        return;
+    const bool want = pos0 + n > c->rope_original_max_position;
+    if (want == s->rope_long)
+        return;
+    s->rope_long = want;
+    rope_tables_ex(c, s->n_ctx, false, want, s->rope_cos, s->rope_sin);
+    for (int done = 0; done < pos0;) {
+        const int chunk = pos0 - done < s->n_batch ? pos0 - done : s->n_batch;
+        for (int t = 0; t < chunk; t++)
+            s->pos[t] = done + t;
+        embed(s, s->tokens + done, chunk);
+        for (int l = 0; l < c->n_layers; l++)
+            forward_cpu_layer(s, l, chunk, done);
+        done += chunk;
+    }
+}
+
+/* logits[n, vocab] of the n rows of x: final norm, head, Granite's scaling, Gemma 2's cap. */
+static void head(const engine_session *s, float *logits, const float *x, int n)
+{
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
+    const size_t len = (size_t)n * c->vocab_size;
+    norm(m, &s->kc, s->xb, x, n, c->dim, &m->out_norm);
+    k_matmul(&s->kc, logits, s->xb, n, &m->lm_head, NULL);
+    if (c->logits_scaling != 1.0)
+        k_scale(&s->kc, logits, (float)(1.0 / c->logits_scaling), len);
+    if (c->final_softcap > 0.0)
+        k_softcap(&s->kc, logits, (float)c->final_softcap, len);
+}
+
 void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits, float *rows)
 {
     const engine_model *m = s->model;
     const cfg_model *c = &m->cfg;
-    const k_ctx *kc = &s->kc;
     const int pos0 = s->n_past;
 
+    longrope_select(s, pos0, n);
     /* Traced: the boundaries of embed, each layer and the head (trace_t). */
     double *tb = s->trace ? s->trace_t : NULL;
     if (tb)
         tb[0] = trace_now(s->trace);
     for (int t = 0; t < n; t++)
         s->pos[t] = pos0 + t;
-    k_embed(kc, s->x, &m->tok_emb, ids, n);
-    if (c->embedding_multiplier != 1.0)
-        k_scale(kc, s->x, (float)c->embedding_multiplier, (size_t)n * c->dim);
+    embed(s, ids, n);
     if (tb)
         tb[1] = trace_now(s->trace);
     for (int l = 0; l < c->n_layers; l++) {
@@ -228,19 +308,12 @@ void forward_cpu(engine_session *s, const int32_t *ids, int n, bool want_logits,
 
     if (rows) {
         /* Scoring: every row's logits (xb holds n_batch rows). */
-        k_rmsnorm(kc, s->xb, s->x, n, c->dim, &m->out_norm, (float)c->rms_eps);
-        k_matmul(kc, rows, s->xb, n, &m->lm_head, NULL);
-        if (c->logits_scaling != 1.0)
-            k_scale(kc, rows, (float)(1.0 / c->logits_scaling), (size_t)n * c->vocab_size);
+        head(s, rows, s->x, n);
         if (want_logits)
             memcpy(s->logits, rows + (size_t)(n - 1) * c->vocab_size, (size_t)c->vocab_size * sizeof *s->logits);
     } else if (want_logits) {
         /* Only the last token's logits are needed to continue. */
-        const float *last = s->x + (size_t)(n - 1) * c->dim;
-        k_rmsnorm(kc, s->xb, last, 1, c->dim, &m->out_norm, (float)c->rms_eps);
-        k_matmul(kc, s->logits, s->xb, 1, &m->lm_head, NULL);
-        if (c->logits_scaling != 1.0)
-            k_scale(kc, s->logits, (float)(1.0 / c->logits_scaling), (size_t)c->vocab_size);
+        head(s, s->logits, s->x + (size_t)(n - 1) * c->dim, 1);
     }
     if (tb)
         tb[2 + c->n_layers] = trace_now(s->trace);

@@ -228,18 +228,8 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
     if (!m->arch)
         return err_set(e, ENGINE_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)", file,
                        m->cfg.architecture, arch_supported_list());
-    /* A window in the config of an architecture without one is not used:
-     * cleared, so that the config alone says which layers have one. */
-    if (!m->arch->sliding_window)
-        m->cfg.sliding_window = m->cfg.sliding_from_layer = 0;
-    /* Likewise Granite's scalings; GraniteConfig's attention_multiplier
-     * defaults to 1 (not 1/sqrt(head_dim)). */
-    if (!m->arch->multipliers) {
-        m->cfg.embedding_multiplier = m->cfg.residual_multiplier = m->cfg.logits_scaling = 1.0;
-        m->cfg.attention_multiplier = 0.0;
-    } else if (m->cfg.attention_multiplier == 0.0) {
-        m->cfg.attention_multiplier = 1.0;
-    }
+    if ((st = model_apply_arch(m, file, e)))
+        return st;
     snprintf(file, sizeof file, "%s/generation_config.json", dir);
     if ((st = cfg_load_generation(file, &m->gen, e)))
         return st;

@@ -30,6 +30,15 @@ typedef enum arch_qk_norm {
                              [n_heads*head_dim] and [n_kv_heads*head_dim] (OLMo 2) */
 } arch_qk_norm;
 
+typedef enum arch_norms {
+    NORMS_PRE = 0,        /* RMSNorm on the attention and MLP inputs (Llama)    */
+    NORMS_POST,           /* on their outputs before the residual add, none on
+                             the inputs (OLMo 2)                                */
+    NORMS_SANDWICH        /* on both: input_layernorm, post_attention_layernorm,
+                             pre_feedforward_layernorm, post_feedforward_layernorm
+                             (Gemma 2 and 3)                                    */
+} arch_norms;
+
 typedef struct arch_features {
     const char *name;     /* config.json "architectures"[0]                      */
     const char *label;    /* the family's name in messages, e.g. "Granite"       */
@@ -37,10 +46,25 @@ typedef struct arch_features {
     arch_qk_norm qk_norm; /* RMSNorm on q and k before RoPE                      */
     bool config_bias;     /* config's attention_bias adds q/k/v/o biases         */
     bool sliding_window;  /* config's sliding_window limits attention (Mistral)  */
-    bool post_norms;      /* RMSNorms on the attention and MLP outputs before the
-                             residual add, none on their inputs (OLMo 2)         */
+    arch_norms norms;     /* where the blocks' RMSNorms sit                      */
     bool multipliers;     /* config's embedding/residual/attention multipliers and
                              logits_scaling (Granite); else cleared (no scaling) */
+    bool norm_offset;     /* every RMSNorm scales by (1 + w), w as stored (Gemma) */
+    bool embed_scale;     /* embeddings times sqrt(hidden_size), rounded to the
+                             embedding table's dtype as transformers does (Gemma) */
+    int query_scalar;     /* > 0: config's query_pre_attn_scalar (this when
+                             absent) sets the score scale, its -1/2 power (Gemma) */
+    bool softcap;         /* config's attn_logit_softcapping and
+                             final_logit_softcapping apply (Gemma)               */
+    double attn_softcap, final_softcap; /* ... their values when absent (Gemma 2:
+                             50 and 30; 0: none)                                 */
+    int window_period;    /* > 0: without layer_types, every Nth layer is global
+                             and the rest slide (sliding_window_pattern, when
+                             given, is N); Gemma 2: 2, Gemma 3: 6                */
+    bool local_rope;      /* sliding layers have a RoPE of their own
+                             (rope_local_base_freq, default 10000; Gemma 3)      */
+    bool fused;           /* self_attn.qkv_proj and mlp.gate_up_proj, bound as
+                             views of their row blocks (Phi-3)                   */
     bool cuda;            /* the CUDA backend runs it; else loading on CUDA fails */
 } arch_features;
 
@@ -50,18 +74,21 @@ const arch_features *arch_find(const char *name);
 const char *arch_supported_list(void);
 
 typedef struct layer_weights {
-    k_weight attn_norm;        /* [dim]; data NULL with post norms        */
-    k_weight wq;               /* [n_heads*head_dim, dim]                 */
+    k_weight attn_norm;        /* [dim]; data NULL with NORMS_POST        */
+    k_weight wq;               /* [n_heads*head_dim, dim]; with a fused qkv_proj
+                                  (Phi-3) wq, wk and wv are views of its row blocks */
     k_weight wk;               /* [n_kv_heads*head_dim, dim]              */
     k_weight wv;               /* [n_kv_heads*head_dim, dim]              */
     k_weight wo;               /* [dim, n_heads*head_dim]                 */
     k_weight bq, bk, bv, bo;   /* biases of the above; data NULL if none  */
     k_weight q_norm, k_norm;   /* [head_dim] (QK_HEAD), or [n_heads*head_dim] and
                                   [n_kv_heads*head_dim] (QK_WHOLE); data NULL if none */
-    k_weight ffn_norm;         /* [dim]; data NULL with post norms        */
-    k_weight attn_post_norm;   /* [dim] on attention's output (OLMo 2); else data NULL */
-    k_weight ffn_post_norm;    /* [dim] on the MLP's output (OLMo 2); else data NULL   */
-    k_weight w_gate;           /* [ffn_dim, dim]                          */
+    k_weight ffn_norm;         /* [dim]; data NULL with NORMS_POST        */
+    k_weight attn_post_norm;   /* [dim] on attention's output (NORMS_POST, NORMS_SANDWICH);
+                                  else data NULL */
+    k_weight ffn_post_norm;    /* [dim] on the MLP's output, likewise     */
+    k_weight w_gate;           /* [ffn_dim, dim]; with a fused gate_up_proj (Phi-3)
+                                  w_gate and w_up are views of its halves */
     k_weight w_up;             /* [ffn_dim, dim]                          */
     k_weight w_down;           /* [dim, ffn_dim]                          */
     k_weight b_gate, b_up, b_down; /* data NULL if none                   */
@@ -146,6 +173,9 @@ struct engine_session {
     float *logits;             /* [vocab]                                 */
     float *rope_cos;           /* [n_ctx, head_dim/2]                     */
     float *rope_sin;           /* [n_ctx, head_dim/2]                     */
+    float *rope_cos_local;     /* [n_ctx, head_dim/2] sliding layers' own (cfg.rope_local_theta > 0); else NULL */
+    float *rope_sin_local;
+    bool rope_long;            /* longrope: the tables, and the cache's keys, use the long factors */
     int *pos;                  /* [n_batch]                               */
     int32_t *tokens;           /* [n_ctx] ids in the cache, in order      */
     bool have_logits;          /* logits hold the last evaluated token's  */
@@ -164,7 +194,10 @@ struct engine_session {
  */
 static inline int model_layer_window(const cfg_model *c, int l)
 {
-    return c->sliding_window > 0 && l >= c->sliding_from_layer ? c->sliding_window : 0;
+    if (c->sliding_window <= 0)
+        return 0;
+    const bool slides = l >= c->sliding_from_layer || (l < CFG_MAX_LAYERS && (c->sliding_layers[l / 64] >> (l % 64)) & 1);
+    return slides ? c->sliding_window : 0;
 }
 
 /*
@@ -181,7 +214,10 @@ static inline int model_layer_window(const cfg_model *c, int l)
  */
 static inline int model_kv_ring(const cfg_model *c, int n_ctx, int n_batch)
 {
-    if (c->sliding_window <= 0 || c->sliding_from_layer >= c->n_layers)
+    bool any = false;
+    for (int l = 0; l < c->n_layers && !any; l++)
+        any = model_layer_window(c, l) > 0;
+    if (!any)
         return 0;
     const int64_t r = (int64_t)c->sliding_window + n_batch + 1;
     return r < n_ctx ? (int)r : 0;
@@ -255,7 +291,17 @@ engine_status bind_quantized(engine_model *m, k_weight *w, const st_tensor *t, c
 /* Whether name has a bitsandbytes quant_state companion (a 4-bit weight). */
 bool has_bnb_state(const engine_model *m, const char *name);
 
-/* Bind every weight the architecture needs; errors name the file and tensor. */
+/*
+ * Settle the config against the architecture's row (arch.c): values it does
+ * not use cleared (a window, multipliers, soft-capping, a local RoPE),
+ * defaults it implies filled in (Gemma's query_pre_attn_scalar, caps and
+ * window pattern; the score scale into attention_multiplier). file names
+ * config.json in errors.
+ */
+engine_status model_apply_arch(engine_model *m, const char *file, err_buf *e);
+/* Bind every weight the architecture needs; errors name the file and tensor.
+ * With embed_scale it also sets cfg.embedding_multiplier, which needs the
+ * table's dtype. */
 engine_status model_bind_weights(engine_model *m, err_buf *e);
 
 /*
@@ -309,7 +355,11 @@ engine_status session_eval(engine_session *s, const int32_t *ids, size_t n, cons
 struct q_spec;
 bool quant_spec_of(engine_quant q, struct q_spec *spec);
 
-/* Fill the RoPE tables [n_ctx, head_dim/2] for the config's rope type. */
+/* Fill the RoPE tables [n_ctx, rotary_dim/2] for the config's rope type
+ * (longrope: its short factors, the attention factor folded in). */
 void rope_tables(const cfg_model *c, int n_ctx, float *cos_t, float *sin_t);
+/* Likewise for the sliding layers' own RoPE (local: cfg.rope_local_*), or
+ * longrope's long factors (long_factors). */
+void rope_tables_ex(const cfg_model *c, int n_ctx, bool local, bool long_factors, float *cos_t, float *sin_t);
 
 #endif

@@ -68,6 +68,9 @@ static size_t layout(engine_session *s, char *base)
     s->hb2 = carve(base, &off, nb * c->ffn_dim * sizeof(float), ALIGN);
     s->rope_cos = carve(base, &off, ctx * half * sizeof(float), ALIGN);
     s->rope_sin = carve(base, &off, ctx * half * sizeof(float), ALIGN);
+    const bool local = c->rope_local_theta > 0.0;
+    s->rope_cos_local = local ? carve(base, &off, ctx * half * sizeof(float), ALIGN) : NULL;
+    s->rope_sin_local = local ? carve(base, &off, ctx * half * sizeof(float), ALIGN) : NULL;
     s->pos = carve(base, &off, nb * sizeof(int), ALIGN);
     s->kc.scratch = carve(base, &off, (size_t)s->kc.n_threads * s->kc.scratch_per_thread * sizeof(float), ALIGN);
     return off;
@@ -141,8 +144,11 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
     }
     s->block_bytes = bytes;
     layout(s, s->block);
-    if (m->device == ENGINE_DEVICE_CPU)
+    if (m->device == ENGINE_DEVICE_CPU) {
         rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
+        if (s->rope_cos_local)
+            rope_tables_ex(c, n_ctx, true, false, s->rope_cos_local, s->rope_sin_local);
+    }
 #ifdef ENGINE_HAVE_CUDA
     if (m->device == ENGINE_DEVICE_CUDA) {
         engine_status st = cuda_session_create(s, &s->cuda, &e);

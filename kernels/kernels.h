@@ -127,6 +127,10 @@ void k_matmul(const k_ctx *c, float *y, const float *x, int n, const k_weight *w
 
 /* y[n, dim] = x / rms(x) * weight; in place allowed (y == x). */
 void k_rmsnorm(const k_ctx *c, float *y, const float *x, int n, int dim, const k_weight *weight, float eps);
+/* y = x / rms(x) * (offset + weight): offset 1 is Gemma's norm, whose
+ * stored weights are the scales' offsets from 1. */
+void k_rmsnorm_ex(const k_ctx *c, float *y, const float *x, int n, int dim, const k_weight *weight, float eps,
+                  float offset);
 
 /*
  * Rotary embedding, rotate-half layout (pairs i and i + head_dim/2, as
@@ -135,6 +139,11 @@ void k_rmsnorm(const k_ctx *c, float *y, const float *x, int n, int dim, const k
  */
 void k_rope(const k_ctx *c, float *x, int n, int n_heads, int head_dim, const int *pos,
             const float *cos_table, const float *sin_table);
+/* k_rope on the first rot_dim elements of each head only (pairs i and
+ * i + rot_dim/2; partial_rotary_factor, Phi-3/4), tables [*, rot_dim/2];
+ * the rest pass unchanged. */
+void k_rope_ex(const k_ctx *c, float *x, int n, int n_heads, int head_dim, int rot_dim, const int *pos,
+               const float *cos_table, const float *sin_table);
 
 /*
  * KV cache element types. The values are engine_kv_type's (include/engine.h)
@@ -210,12 +219,26 @@ void k_kv_load(const k_kv *kv, size_t row, int head_dim, float *out);
  */
 void k_attention_kv(const k_ctx *c, float *out, const float *q, const k_kv *k, const k_kv *v, int n, int pos0,
                     int n_heads, int n_kv_heads, int head_dim, int window);
+/*
+ * k_attention_kv with the score scale given (k_attention_kv's is
+ * 1/sqrt(head_dim)) and, when softcap > 0, each scaled score s replaced by
+ * softcap * tanh(s / softcap) before the softmax (Gemma 2).
+ */
+void k_attention_kv_ex(const k_ctx *c, float *out, const float *q, const k_kv *k, const k_kv *v, int n, int pos0,
+                       int n_heads, int n_kv_heads, int head_dim, int window, float scale, float softcap);
 /* k_attention_kv over fp32 caches k_cache/v_cache [n_ctx, n_kv_heads, head_dim]. */
 void k_attention(const k_ctx *c, float *out, const float *q, const float *k_cache, const float *v_cache,
                  int n, int pos0, int n_heads, int n_kv_heads, int head_dim, int window);
 
 /* gate[i] = silu(gate[i]) * up[i] for i < n. */
 void k_swiglu(const k_ctx *c, float *gate, const float *up, size_t n);
+
+/* gate[i] = gelu_tanh(gate[i]) * up[i] for i < n (GeGLU; tanh-approximated
+ * GELU, transformers' gelu_pytorch_tanh). */
+void k_geglu(const k_ctx *c, float *gate, const float *up, size_t n);
+
+/* y[i] = cap * tanh(y[i] / cap) for i < n (Gemma 2's final-logit soft-capping). */
+void k_softcap(const k_ctx *c, float *y, float cap, size_t n);
 
 /* y[i] += x[i] for i < n. */
 void k_add(const k_ctx *c, float *y, const float *x, size_t n);

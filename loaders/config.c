@@ -219,12 +219,17 @@ static engine_status cfg_load_json(const char *path, json_t **out, int *err_no, 
  * Which layers the sliding window covers. Mistral: all. Qwen2/Qwen3 (they
  * carry use_sliding_window): layers from max_window_layers on, as their
  * transformers configs derive layer_types. transformers 5 writes
- * layer_types itself; it must be full layers followed by sliding ones.
+ * layer_types itself: full layers followed by sliding ones set
+ * sliding_from_layer; any other mix (Gemma's alternation, 5 local to 1
+ * global) sets a bit per sliding layer, with sliding_from_layer n_layers.
  */
 static engine_status cfg_window_layers(const cfg_ctx *c, const json_t *root, cfg_model *m)
 {
     engine_status st;
     m->sliding_from_layer = 0;
+    memset(m->sliding_layers, 0, sizeof m->sliding_layers);
+    if ((st = cfg_int(c, root, "sliding_window_pattern", false, 0, 1, &m->sliding_window_pattern)))
+        return st;
     if (m->sliding_window > 0 && cfg_get(root, "use_sliding_window")) {
         if ((st = cfg_int(c, root, "max_window_layers", false, 28, 0, &m->sliding_from_layer)))
             return st;
@@ -232,12 +237,14 @@ static engine_status cfg_window_layers(const cfg_ctx *c, const json_t *root, cfg
             m->sliding_from_layer = m->n_layers;
     }
     const json_t *types = cfg_get(root, "layer_types");
+    m->layer_types_given = types != NULL;
     if (!types)
         return ENGINE_OK;
     if (!json_is_array(types) || json_array_size(types) != (size_t)m->n_layers)
         return err_set(c->e, ENGINE_ERR_FORMAT, "%s: 'layer_types' is not a list of %d layer types", c->path,
                        m->n_layers);
     int first_sliding = m->n_layers;
+    bool prefix = true; /* full layers, then only sliding ones */
     for (int l = 0; l < m->n_layers; l++) {
         const char *t = json_string_value(json_array_get(types, (size_t)l));
         bool sliding = t && strcmp(t, "sliding_attention") == 0;
@@ -247,43 +254,97 @@ static engine_status cfg_window_layers(const cfg_ctx *c, const json_t *root, cfg
         if (sliding && first_sliding == m->n_layers)
             first_sliding = l;
         if (!sliding && first_sliding < l)
-            return err_set(c->e, ENGINE_ERR_UNSUPPORTED,
-                           "%s: layer_types puts a full_attention layer (%d) after a sliding one; only full layers "
-                           "followed by sliding ones are supported", c->path, l);
+            prefix = false;
     }
-    if (first_sliding == m->n_layers || m->sliding_window == 0)
+    if (first_sliding == m->n_layers || m->sliding_window == 0) {
         m->sliding_window = 0, m->sliding_from_layer = 0;
-    else
+    } else if (prefix) {
         m->sliding_from_layer = first_sliding;
+    } else {
+        if (m->n_layers > CFG_MAX_LAYERS)
+            return err_set(c->e, ENGINE_ERR_UNSUPPORTED, "%s: layer_types mixes full and sliding layers over %d "
+                           "layers; at most %d supported", c->path, m->n_layers, CFG_MAX_LAYERS);
+        m->sliding_from_layer = m->n_layers;
+        for (int l = 0; l < m->n_layers; l++)
+            if (strcmp(json_string_value(json_array_get(types, (size_t)l)), "sliding_attention") == 0)
+                m->sliding_layers[l / 64] |= 1ull << (l % 64);
+    }
     return ENGINE_OK;
+}
+
+/*
+ * A soft-capping value: the number, 0 for null (transformers' "none"), -1
+ * when absent (the architecture's default applies, model.c).
+ */
+static engine_status cfg_softcap(const cfg_ctx *c, const json_t *root, const char *key, double *out)
+{
+    const json_t *v = json_object_get(root, key);
+    if (!v) {
+        *out = -1.0;
+        return ENGINE_OK;
+    }
+    if (json_is_null(v)) {
+        *out = 0.0;
+        return ENGINE_OK;
+    }
+    return cfg_num(c, root, key, true, 0.0, true, out);
 }
 
 /* ------------------------------------------------------------ config.json */
 
-static engine_status cfg_rope(const cfg_ctx *c, const json_t *root, cfg_model *m)
+/* A list of n numbers (longrope's factors) into out[n]; they must be positive. */
+static engine_status cfg_factors(const cfg_ctx *c, const json_t *r, const char *key, int n, float *out)
+{
+    const json_t *v = cfg_get(r, key);
+    if (!v)
+        return err_set(c->e, ENGINE_ERR_FORMAT, "%s: no '%s%s'", c->path, c->prefix, key);
+    if (!json_is_array(v) || json_array_size(v) != (size_t)n)
+        return err_set(c->e, ENGINE_ERR_FORMAT, "%s: '%s%s' must be a list of %d numbers (rotary_dim / 2)", c->path,
+                       c->prefix, key, n);
+    for (int i = 0; i < n; i++) {
+        const json_t *x = json_array_get(v, (size_t)i);
+        if (!json_is_number(x) || !(json_number_value(x) > 0))
+            return err_set(c->e, ENGINE_ERR_FORMAT, "%s: '%s%s'[%d] must be a positive number", c->path, c->prefix,
+                           key, i);
+        out[i] = (float)json_number_value(x); /* transformers holds them as float32 */
+    }
+    return ENGINE_OK;
+}
+
+/*
+ * rotary_dim from partial_rotary_factor (top level, or inside the RoPE
+ * object r when r != NULL): transformers rotates int(head_dim * factor)
+ * leading elements of each head.
+ */
+static engine_status cfg_rotary(const cfg_ctx *c, const json_t *root, const json_t *r, const cfg_ctx *rc, cfg_model *m)
 {
     engine_status st;
-    if ((st = cfg_num(c, root, "rope_theta", false, 10000.0, true, &m->rope_theta)))
+    double prf = 1.0;
+    if ((st = cfg_num(c, root, "partial_rotary_factor", false, 1.0, true, &prf)) ||
+        (r && (st = cfg_num(rc, r, "partial_rotary_factor", false, prf, true, &prf))))
         return st;
-    m->rope_type = CFG_ROPE_DEFAULT;
-    m->rope_factor = 1.0;
-    m->rope_low_freq_factor = 0;
-    m->rope_high_freq_factor = 0;
-    m->rope_original_max_position = 0;
+    m->rotary_dim = (int)(m->head_dim * prf);
+    if (prf > 1.0 || m->rotary_dim < 2 || m->rotary_dim % 2 != 0)
+        return err_set(c->e, ENGINE_ERR_UNSUPPORTED,
+                       "%s: partial_rotary_factor %g gives %d rotated elements of head_dim %d; it must be even, "
+                       "at least 2 and at most head_dim", c->path, prf, m->rotary_dim, m->head_dim);
+    return ENGINE_OK;
+}
 
-    /* transformers >= 5 writes rope_parameters (theta inside); older versions rope_scaling. */
-    const char *where = "rope_parameters";
-    const json_t *r = cfg_get(root, where);
-    if (!r) {
-        where = "rope_scaling";
-        r = cfg_get(root, where);
-    }
-    if (!r)
-        return ENGINE_OK;
+/*
+ * One RoPE parameter object r (found at `where`) into the global fields, or
+ * with local into the local layers' (Gemma 3's sliding_attention entry,
+ * which may only be default or linear). orig_top: a top-level
+ * original_max_position_embeddings (0: none), which transformers prefers to
+ * the one inside (Phi-3 keeps it outside).
+ */
+static engine_status cfg_rope_entry(const cfg_ctx *c, const json_t *root, const json_t *r, const char *where,
+                                    bool local, int orig_top, cfg_model *m)
+{
+    engine_status st;
     if (!json_is_object(r))
         return cfg_type_error(c, where, "an object", r);
-
-    char prefix[32];
+    char prefix[64];
     snprintf(prefix, sizeof prefix, "%s.", where);
     const cfg_ctx rc = {c->path, prefix, c->e};
     const json_t *type = cfg_get(r, "rope_type");
@@ -294,24 +355,30 @@ static engine_status cfg_rope(const cfg_ctx *c, const json_t *root, cfg_model *m
     }
     if (type && !json_is_string(type))
         return cfg_type_error(&rc, type_key, "a string", type);
-    /* Per-layer-type parameters ({"full_attention": {...}, ...}) hold no
-     * type or theta of their own; reading them as "default" would be wrong. */
-    if (!type && !cfg_get(r, "rope_theta")) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)r, k, v)
-        {
-            if (json_is_object(v))
-                return err_set(c->e, ENGINE_ERR_UNSUPPORTED, "%s: per-layer-type '%s' (entry '%s') is not supported",
-                               c->path, where, k);
+    if (!type && cfg_get(r, "factor"))
+        return err_set(c->e, ENGINE_ERR_FORMAT, "%s: '%s' has a factor but no 'rope_type'", c->path, where);
+    const char *name = type ? json_string_value(type) : "default";
+    if (local) {
+        const double def = m->rope_local_theta > 0 ? m->rope_local_theta : 10000.0; /* Gemma 3's local default */
+        if ((st = cfg_num(&rc, r, "rope_theta", false, def, true, &m->rope_local_theta)))
+            return st;
+        m->rope_local_type = CFG_ROPE_DEFAULT;
+        m->rope_local_factor = 1.0;
+        if (strcmp(name, "default") == 0)
+            return ENGINE_OK;
+        if (strcmp(name, "linear") == 0) {
+            m->rope_local_type = CFG_ROPE_LINEAR;
+            return cfg_num(&rc, r, "factor", true, 1.0, true, &m->rope_local_factor);
         }
+        return err_set(c->e, ENGINE_ERR_UNSUPPORTED,
+                       "%s: rope type '%s' (%s.%s) is not supported for sliding layers (supported: default, linear)",
+                       c->path, name, where, type_key);
     }
     if ((st = cfg_num(&rc, r, "rope_theta", false, m->rope_theta, true, &m->rope_theta)))
         return st;
-    if (!type && cfg_get(r, "factor"))
-        return err_set(c->e, ENGINE_ERR_FORMAT, "%s: '%s' has a factor but no 'rope_type'", c->path, where);
+    if ((st = cfg_rotary(c, root, r, &rc, m)))
+        return st;
 
-    const char *name = type ? json_string_value(type) : "default";
     if (strcmp(name, "default") == 0)
         return ENGINE_OK;
     if (strcmp(name, "linear") == 0) {
@@ -331,9 +398,94 @@ static engine_status cfg_rope(const cfg_ctx *c, const json_t *root, cfg_model *m
                            c->path, where, m->rope_high_freq_factor, m->rope_low_freq_factor);
         return ENGINE_OK;
     }
+    /* Phi-3's configs name it "su" before 4.45; transformers reads that as longrope. */
+    if (strcmp(name, "longrope") == 0 || strcmp(name, "su") == 0) {
+        m->rope_type = CFG_ROPE_LONGROPE;
+        const int n = m->rotary_dim / 2;
+        if (n > CFG_MAX_ROPE_FACTORS)
+            return err_set(c->e, ENGINE_ERR_UNSUPPORTED, "%s: longrope over %d rotated elements; at most %d supported",
+                           c->path, m->rotary_dim, 2 * CFG_MAX_ROPE_FACTORS);
+        double factor = 0.0, af = 0.0;
+        if ((st = cfg_factors(&rc, r, "short_factor", n, m->rope_short_factor)) ||
+            (st = cfg_factors(&rc, r, "long_factor", n, m->rope_long_factor)) ||
+            (st = cfg_num(&rc, r, "factor", false, 0.0, true, &factor)) ||
+            (st = cfg_num(&rc, r, "attention_factor", false, 0.0, true, &af)) ||
+            (st = cfg_int(&rc, r, "original_max_position_embeddings", false, m->max_position, 1,
+                          &m->rope_original_max_position)))
+            return st;
+        if (orig_top > 0)
+            m->rope_original_max_position = orig_top;
+        /* transformers' default: the context's growth over the original
+         * one sets the factor, and the paper's attention factor from it. */
+        if (factor == 0.0)
+            factor = (double)m->max_position / m->rope_original_max_position;
+        m->rope_factor = factor;
+        if (af == 0.0)
+            af = factor <= 1.0 ? 1.0 : sqrt(1.0 + log(factor) / log((double)m->rope_original_max_position));
+        m->rope_attention_factor = af;
+        return ENGINE_OK;
+    }
     return err_set(c->e, ENGINE_ERR_UNSUPPORTED,
-                   "%s: rope type '%s' (%s.%s) is not supported (supported: default, linear, llama3)", c->path, name,
-                   where, type_key);
+                   "%s: rope type '%s' (%s.%s) is not supported (supported: default, linear, llama3, longrope)",
+                   c->path, name, where, type_key);
+}
+
+static engine_status cfg_rope(const cfg_ctx *c, const json_t *root, cfg_model *m)
+{
+    engine_status st;
+    int orig_top = 0;
+    if ((st = cfg_num(c, root, "rope_theta", false, 10000.0, true, &m->rope_theta)) ||
+        (st = cfg_num(c, root, "rope_local_base_freq", false, 0.0, true, &m->rope_local_theta)) ||
+        (st = cfg_int(c, root, "original_max_position_embeddings", false, 0, 1, &orig_top)))
+        return st;
+    m->rope_type = CFG_ROPE_DEFAULT;
+    m->rope_factor = 1.0;
+    m->rope_low_freq_factor = 0;
+    m->rope_high_freq_factor = 0;
+    m->rope_original_max_position = 0;
+    m->rope_attention_factor = 1.0;
+    m->rope_local_type = CFG_ROPE_DEFAULT;
+    m->rope_local_factor = 1.0;
+    m->rotary_dim = m->head_dim;
+
+    /* transformers >= 5 writes rope_parameters (theta inside); older versions rope_scaling. */
+    const char *where = "rope_parameters";
+    const json_t *r = cfg_get(root, where);
+    if (!r) {
+        where = "rope_scaling";
+        r = cfg_get(root, where);
+    }
+    if (!r)
+        return cfg_rotary(c, root, NULL, c, m);
+    if (!json_is_object(r))
+        return cfg_type_error(c, where, "an object", r);
+    /* Per-layer-type parameters ({"full_attention": {...},
+     * "sliding_attention": {...}}, Gemma 3) hold objects and no type or
+     * theta of their own. */
+    bool nested = false;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)r, k, v)
+    {
+        nested |= json_is_object(v);
+    }
+    if (!nested || cfg_get(r, "rope_type") || cfg_get(r, "type") || cfg_get(r, "rope_theta"))
+        return cfg_rope_entry(c, root, r, where, false, orig_top, m);
+    json_object_foreach((json_t *)r, k, v)
+    {
+        char at[64];
+        snprintf(at, sizeof at, "%s.%.30s", where, k);
+        const bool local = strcmp(k, "sliding_attention") == 0;
+        if (!local && strcmp(k, "full_attention") != 0)
+            return err_set(c->e, ENGINE_ERR_UNSUPPORTED,
+                           "%s: per-layer-type '%s' entry '%s' is not supported (supported: full_attention, "
+                           "sliding_attention)", c->path, where, k);
+        if (json_is_null(v))
+            continue;
+        if ((st = cfg_rope_entry(c, root, v, at, local, orig_top, m)))
+            return st;
+    }
+    return ENGINE_OK;
 }
 
 static engine_status cfg_parse_model(const cfg_ctx *c, const json_t *root, cfg_model *m)
@@ -352,9 +504,18 @@ static engine_status cfg_parse_model(const cfg_ctx *c, const json_t *root, cfg_m
     /* transformers 5 renamed torch_dtype to dtype. */
     const char *dtype_key = cfg_get(root, "dtype") ? "dtype" : "torch_dtype";
     if ((st = cfg_str(c, root, "model_type", "", m->model_type, sizeof m->model_type)) ||
-        (st = cfg_str(c, root, "hidden_act", "silu", m->hidden_act, sizeof m->hidden_act)) ||
+        (st = cfg_str(c, root, cfg_get(root, "hidden_activation") ? "hidden_activation" : "hidden_act", "silu",
+                      m->hidden_act, sizeof m->hidden_act)) ||
         (st = cfg_str(c, root, dtype_key, "", m->torch_dtype, sizeof m->torch_dtype)))
         return st;
+    if (strcmp(m->hidden_act, "silu") == 0)
+        m->act = CFG_ACT_SILU;
+    else if (strcmp(m->hidden_act, "gelu_pytorch_tanh") == 0)
+        m->act = CFG_ACT_GELU_TANH;
+    else
+        return err_set(c->e, ENGINE_ERR_UNSUPPORTED, "%s: activation '%s' (%s) is not supported (supported: silu, "
+                       "gelu_pytorch_tanh)", c->path, m->hidden_act,
+                       cfg_get(root, "hidden_activation") ? "hidden_activation" : "hidden_act");
 
     if ((st = cfg_int(c, root, "hidden_size", true, 0, 1, &m->dim)) ||
         (st = cfg_int(c, root, "num_hidden_layers", true, 0, 1, &m->n_layers)) ||
@@ -391,6 +552,10 @@ static engine_status cfg_parse_model(const cfg_ctx *c, const json_t *root, cfg_m
         (st = cfg_num(c, root, "residual_multiplier", false, 1.0, true, &m->residual_multiplier)) ||
         (st = cfg_num(c, root, "attention_multiplier", false, 0.0, true, &m->attention_multiplier)) ||
         (st = cfg_num(c, root, "logits_scaling", false, 1.0, true, &m->logits_scaling)))
+        return st;
+    if ((st = cfg_num(c, root, "query_pre_attn_scalar", false, 0.0, true, &m->query_pre_attn_scalar)) ||
+        (st = cfg_softcap(c, root, "attn_logit_softcapping", &m->attn_softcap)) ||
+        (st = cfg_softcap(c, root, "final_logit_softcapping", &m->final_softcap)))
         return st;
     if ((st = cfg_num(c, root, "rms_norm_eps", false, 1e-6, true, &m->rms_eps)) ||
         (st = cfg_bool(c, root, "tie_word_embeddings", false, &m->tie_embeddings)) ||

@@ -22,13 +22,26 @@
 typedef enum cfg_rope_type {
     CFG_ROPE_DEFAULT = 0,
     CFG_ROPE_LLAMA3,   /* factor, low/high_freq_factor, original_max_position_embeddings */
-    CFG_ROPE_LINEAR    /* positions divided by factor */
+    CFG_ROPE_LINEAR,   /* positions divided by factor */
+    CFG_ROPE_LONGROPE  /* Phi-3: per-frequency short/long factors, attention factor,
+                          original_max_position_embeddings */
 } cfg_rope_type;
+
+/* The MLP's activation (of the gate, times up). */
+typedef enum cfg_act {
+    CFG_ACT_SILU = 0,  /* "silu" (SwiGLU)                                  */
+    CFG_ACT_GELU_TANH  /* "gelu_pytorch_tanh": tanh-approximated GELU (GeGLU) */
+} cfg_act;
+
+#define CFG_MAX_LAYERS 1024      /* layers a mixed layer_types list may name */
+#define CFG_MAX_ROPE_FACTORS 256 /* longrope factors: rotary_dim / 2 of them */
 
 typedef struct cfg_model {
     char architecture[64];  /* architectures[0], e.g. "LlamaForCausalLM" */
     char model_type[32];    /* "llama", "mistral", "qwen2", "qwen3"        */
-    char hidden_act[32];    /* "silu" ("gelu_pytorch_tanh" needs 18 bytes)  */
+    char hidden_act[32];    /* hidden_activation (Gemma), else hidden_act:
+                               "silu" ("gelu_pytorch_tanh" needs 18 bytes)  */
+    cfg_act act;            /* hidden_act as parsed                        */
     int dim;                /* hidden_size                                 */
     int n_layers;           /* num_hidden_layers                           */
     int n_heads;            /* num_attention_heads                         */
@@ -39,7 +52,14 @@ typedef struct cfg_model {
     int max_position;       /* max_position_embeddings                     */
     int sliding_window;     /* 0 = none (Mistral v0.1 sets 4096)           */
     int sliding_from_layer; /* first layer the window applies to: 0 for
-                               Mistral, max_window_layers for Qwen2/3      */
+                               Mistral, max_window_layers for Qwen2/3;
+                               n_layers when sliding_layers says instead  */
+    uint64_t sliding_layers[CFG_MAX_LAYERS / 64]; /* bit l: layer l has the window
+                               too (a layer_types list that mixes them) */
+    bool layer_types_given; /* layer_types was in the file (else an
+                               architecture may derive it, model.c)      */
+    int sliding_window_pattern; /* Gemma 3's older key: every Nth layer
+                               global (0: absent)                        */
     double rms_eps;         /* rms_norm_eps                                */
     double rope_theta;
     cfg_rope_type rope_type;
@@ -47,7 +67,23 @@ typedef struct cfg_model {
     double rope_low_freq_factor;
     double rope_high_freq_factor;
     int rope_original_max_position;
-    /* Granite's scalings (the engine clears them to 1 for an architecture
+    int rotary_dim;         /* leading elements of each head RoPE rotates:
+                               head_dim * partial_rotary_factor (even)    */
+    double rope_attention_factor; /* longrope: cos and sin times this    */
+    float rope_short_factor[CFG_MAX_ROPE_FACTORS]; /* longrope: [rotary_dim/2] */
+    float rope_long_factor[CFG_MAX_ROPE_FACTORS];  /* longrope, once a sequence
+                               passes rope_original_max_position          */
+    /* Gemma 3's local (sliding) layers' RoPE: rope_local_base_freq, or
+     * rope_parameters.sliding_attention; 0 theta when none was given. */
+    double rope_local_theta;
+    cfg_rope_type rope_local_type; /* DEFAULT or LINEAR                   */
+    double rope_local_factor;
+    /* Gemma's attention: */
+    double query_pre_attn_scalar; /* scores scaled by its -1/2 power in place
+                               of head_dim's; 0 when absent              */
+    double attn_softcap;    /* attn_logit_softcapping: scores become
+                               cap*tanh(s/cap); 0 null, -1 absent         */
+    double final_softcap;   /* final_logit_softcapping, likewise on logits */    /* Granite's scalings (the engine clears them to 1 for an architecture
      * without them): */
     double embedding_multiplier; /* embeddings times this (default 1)      */
     double residual_multiplier;  /* each block's output times this before

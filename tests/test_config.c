@@ -210,6 +210,46 @@ static void test_defaults_and_layouts(void)
                     &m, &e) == ENGINE_OK);
     CHECK(near(m.embedding_multiplier, 12.0) && near(m.residual_multiplier, 0.22) &&
           near(m.attention_multiplier, 0.0078125) && near(m.logits_scaling, 8.0));
+    CHECK(m.rotary_dim == m.head_dim && m.act == CFG_ACT_SILU && m.attn_softcap == -1.0 && m.final_softcap == -1.0 &&
+          m.query_pre_attn_scalar == 0.0 && m.rope_local_theta == 0.0);
+
+    /* Gemma: hidden_activation wins over hidden_act, soft-caps (null: none), local RoPE. */
+    CHECK(load_text(config_with("\"hidden_act\": \"silu\", \"hidden_activation\": \"gelu_pytorch_tanh\","
+                                " \"attn_logit_softcapping\": null, \"final_logit_softcapping\": 30.0,"
+                                " \"query_pre_attn_scalar\": 144, \"rope_theta\": 1e6, \"rope_local_base_freq\": 1e4,"
+                                " \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(m.act == CFG_ACT_GELU_TANH && m.attn_softcap == 0.0 && near(m.final_softcap, 30.0) &&
+          near(m.query_pre_attn_scalar, 144.0));
+    CHECK(near(m.rope_theta, 1e6) && m.rope_type == CFG_ROPE_LINEAR && near(m.rope_factor, 8.0) &&
+          near(m.rope_local_theta, 1e4) && m.rope_local_type == CFG_ROPE_DEFAULT);
+    /* transformers 5's per-layer-type layout of the same. */
+    CHECK(load_text(config_with("\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 8.0,"
+                                " \"rope_theta\": 1e6}, \"sliding_attention\": {\"rope_type\": \"default\","
+                                " \"rope_theta\": 20000}}",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(near(m.rope_theta, 1e6) && m.rope_type == CFG_ROPE_LINEAR && near(m.rope_factor, 8.0) &&
+          near(m.rope_local_theta, 20000.0) && m.rope_local_type == CFG_ROPE_DEFAULT);
+
+    /* Phi-3: longrope, the top-level original_max_position_embeddings first,
+     * the attention factor from max/original (sqrt(1 + ln 8 / ln 512)), and
+     * partial rotary (3/4 of 16). */
+    CHECK(load_text(config_with("\"max_position_embeddings\": 4096, \"original_max_position_embeddings\": 512,"
+                                " \"partial_rotary_factor\": 0.75, \"rope_scaling\": {\"type\": \"longrope\","
+                                " \"short_factor\": [1, 1, 1, 1, 1, 2], \"long_factor\": [1, 2, 3, 4, 5, 6.5],"
+                                " \"original_max_position_embeddings\": 99}",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(m.rope_type == CFG_ROPE_LONGROPE && m.rotary_dim == 12 && m.rope_original_max_position == 512);
+    CHECK(m.rope_short_factor[5] == 2.0f && m.rope_long_factor[5] == 6.5f && near(m.rope_factor, 8.0));
+    CHECK(fabs(m.rope_attention_factor - sqrt(1.0 + log(8.0) / log(512.0))) < 1e-12);
+    CHECK(load_text(config_with("\"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1, 1, 1, 1, 1, 1, 1, 1],"
+                                " \"long_factor\": [1, 1, 1, 1, 1, 1, 1, 1], \"attention_factor\": 1.5}",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(m.rope_type == CFG_ROPE_LONGROPE && m.rope_attention_factor == 1.5 && m.rope_original_max_position == 2048);
 
     /* Older layout: linear scaling under the pre-4.45 key "type". */
     CHECK(load_text(config_with("\"rope_theta\": 20000, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 4.0}",
@@ -257,9 +297,13 @@ static void test_defaults_and_layouts(void)
                                 NULL),
                     &m, &e) == ENGINE_OK);
     CHECK(m.sliding_window == 0);
-    expect_model(config_with("\"sliding_window\": 64, \"layer_types\": [\"sliding_attention\", \"full_attention\"]",
-                             NULL),
-                 ENGINE_ERR_UNSUPPORTED, "layer_types");
+    /* Any other mix (Gemma's): a bit per sliding layer, none by position. */
+    CHECK(load_text(config_with("\"sliding_window\": 64, \"layer_types\": [\"sliding_attention\", \"full_attention\"]",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(m.sliding_window == 64 && m.sliding_from_layer == 2 && m.sliding_layers[0] == 1 && m.layer_types_given);
+    CHECK(load_text(config_with("\"sliding_window\": 64, \"sliding_window_pattern\": 6", NULL), &m, &e) == ENGINE_OK);
+    CHECK(m.sliding_window_pattern == 6 && !m.layer_types_given);
     expect_model(config_with("\"layer_types\": [\"full_attention\"]", NULL), ENGINE_ERR_FORMAT, "layer_types");
     expect_model(config_with("\"layer_types\": [\"full_attention\", \"chunked_attention\"]", NULL),
                  ENGINE_ERR_UNSUPPORTED, "chunked_attention");
@@ -318,9 +362,24 @@ static void test_bad_model(void)
     expect_model(config_with("\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}", NULL),
                  ENGINE_ERR_UNSUPPORTED, "'dynamic'");
     expect_model(config_with("\"rope_parameters\": {\"rope_type\": \"longrope\", \"rope_theta\": 1e4}", NULL),
-                 ENGINE_ERR_UNSUPPORTED, "'longrope'");
-    expect_model(config_with("\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}}", NULL),
-                 ENGINE_ERR_UNSUPPORTED, "per-layer-type");
+                 ENGINE_ERR_FORMAT, "no 'rope_parameters.short_factor'");
+    expect_model(config_with("\"rope_parameters\": {\"rope_type\": \"longrope\", \"short_factor\": [1, 1],"
+                             " \"long_factor\": [1, 1]}",
+                             NULL),
+                 ENGINE_ERR_FORMAT, "'rope_parameters.short_factor' must be a list of 8 numbers");
+    expect_model(config_with("\"rope_parameters\": {\"rope_type\": \"longrope\", \"short_factor\": [1, 1, 1, 1,"
+                             " 1, 1, 1, 1], \"long_factor\": [1, 1, 1, 1, 1, 1, 1, -2]}",
+                             NULL),
+                 ENGINE_ERR_FORMAT, "'rope_parameters.long_factor'[7]");
+    expect_model(config_with("\"rope_parameters\": {\"chunked_attention\": {\"rope_type\": \"default\"}}", NULL),
+                 ENGINE_ERR_UNSUPPORTED, "per-layer-type 'rope_parameters' entry 'chunked_attention'");
+    expect_model(config_with("\"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"llama3\"}}", NULL),
+                 ENGINE_ERR_UNSUPPORTED, "'llama3' (rope_parameters.sliding_attention.rope_type)");
+    expect_model(config_with("\"partial_rotary_factor\": 0.2", NULL), ENGINE_ERR_UNSUPPORTED, "partial_rotary_factor");
+    expect_model(config_with("\"hidden_act\": \"relu\"", NULL), ENGINE_ERR_UNSUPPORTED, "activation 'relu'");
+    expect_model(config_with("\"hidden_activation\": \"gelu\"", NULL), ENGINE_ERR_UNSUPPORTED,
+                 "activation 'gelu' (hidden_activation)");
+    expect_model(config_with("\"attn_logit_softcapping\": 0", NULL), ENGINE_ERR_FORMAT, "'attn_logit_softcapping'");
     expect_model(config_with("\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", NULL),
                  ENGINE_ERR_FORMAT, "no 'rope_scaling.low_freq_factor'");
     expect_model(config_with("\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4,"

@@ -4,8 +4,11 @@
  * the tiny random checkpoints in tests/data/models/ (one per architecture
  * feature: llama3 RoPE, tied bf16 with the old config layout, biases in f16,
  * a sharded Mistral with a sliding window, Qwen2, Qwen3, Granite's
- * multipliers, OLMo 2's post norms and whole-projection q/k norms; the
- * last two run on the CPU only, and on CUDA must be refused). Greedy ids must be
+ * multipliers, OLMo 2's post norms and whole-projection q/k norms, Gemma 2's
+ * soft-capping, GeGLU, (1 + w) sandwich norms and alternating windows at
+ * head_dim 256, Gemma 3's q/k norms, local RoPE and layer_types, Phi-3's
+ * fused projections, longrope past its original context and partial
+ * rotary; the last five run on the CPU only, and on CUDA must be refused). Greedy ids must be
  * identical and logits agree within 1e-4 (absolute; logits here reach 27,
  * the largest error seen is about 2e-5).
  */
@@ -292,7 +295,8 @@ int main(void)
         const char *name, *cpu_only;
     } fixtures[] = {{"llama_f32", NULL},       {"llama_tied_bf16_oldconfig", NULL}, {"llama_bias_f16", NULL},
                     {"mistral_sharded", NULL}, {"qwen2_bf16", NULL},                {"qwen3_f32", NULL},
-                    {"granite_f32", "Granite"}, {"olmo2_f32", "OLMo 2"}};
+                    {"granite_f32", "Granite"}, {"olmo2_f32", "OLMo 2"},       {"gemma2_f32", "Gemma 2"},
+                    {"gemma3_f32", "Gemma 3"},  {"phi3_f32", "Phi-3"}};
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
         test_fixture(fixtures[i].name, fixtures[i].cpu_only);
     test_session_limits();

@@ -327,8 +327,9 @@ int main(void)
     json_decref(ref);
     check_refusals(path);
 
-    const char *fixtures[] = {"llama_f32",  "llama_tied_bf16_oldconfig", "llama_bias_f16", "mistral_sharded",
-                              "qwen2_bf16", "qwen3_f32",                 "granite_f32",    "olmo2_f32"};
+    const char *fixtures[] = {"llama_f32",   "llama_tied_bf16_oldconfig", "llama_bias_f16", "mistral_sharded",
+                              "qwen2_bf16",  "qwen3_f32",                 "granite_f32",    "olmo2_f32",
+                              "gemma2_f32",  "gemma3_f32",                "phi3_f32"};
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
         char dir[1024], rp[1100];
         snprintf(dir, sizeof dir, "%s/models/%s", getenv("ENGINE_TEST_DATA") ? getenv("ENGINE_TEST_DATA") : "tests/data",

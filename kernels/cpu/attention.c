@@ -60,7 +60,14 @@ static inline void softmax(float *score, int first, int pos, float mx)
 }
 
 /* The fp32 cache: rows read in place. */
-static void attend_f32(const item *r, const float *kc, const float *vc, size_t kv_stride, int hd, float scale)
+/* Gemma 2's soft-capping of a scaled score (cap 0: none). */
+static inline float capped(float s, float cap)
+{
+    return cap > 0.0f ? cap * tanhf(s / cap) : s;
+}
+
+static void attend_f32(const item *r, const float *kc, const float *vc, size_t kv_stride, int hd, float scale,
+                       float cap)
 {
     const float *q = r->q;
     float *o = r->o, *score = r->score;
@@ -72,7 +79,7 @@ static void attend_f32(const item *r, const float *kc, const float *vc, size_t k
 #pragma omp simd reduction(+ : s)
         for (int i = 0; i < hd; i++)
             s += q[i] * kv[i];
-        s *= scale;
+        s = capped(s * scale, cap);
         score[p] = s;
         mx = s > mx ? s : mx;
     }
@@ -89,7 +96,7 @@ static void attend_f32(const item *r, const float *kc, const float *vc, size_t k
 }
 
 /* Any cache type: each row decoded into the stack a chunk at a time, its scale applied once per row. */
-static void attend_any(const item *r, const k_kv *k, const k_kv *v, int n_kv_heads, int hd, float scale)
+static void attend_any(const item *r, const k_kv *k, const k_kv *v, int n_kv_heads, int hd, float scale, float cap)
 {
     const int ks = k_kv_has_scales(k->type), vs = k_kv_has_scales(v->type);
     const float *q = r->q; /* locals, not r->...: the vectorizer will not hoist a load through r */
@@ -107,7 +114,7 @@ static void attend_any(const item *r, const k_kv *k, const k_kv *v, int n_kv_hea
             for (int i = 0; i < m; i++)
                 s += q[i0 + i] * buf[i];
         }
-        s *= ks ? scale * k->scales[row] : scale;
+        s = capped(s * (ks ? scale * k->scales[row] : scale), cap);
         score[p] = s;
         mx = s > mx ? s : mx;
     }
@@ -130,17 +137,23 @@ static void attend_any(const item *r, const k_kv *k, const k_kv *v, int n_kv_hea
 void k_attention_kv(const k_ctx *c, float *out, const float *q, const k_kv *k, const k_kv *v, int n, int pos0,
                     int n_heads, int n_kv_heads, int head_dim, int window)
 {
+    k_attention_kv_ex(c, out, q, k, v, n, pos0, n_heads, n_kv_heads, head_dim, window, 1.0f / sqrtf((float)head_dim),
+                      0.0f);
+}
+
+void k_attention_kv_ex(const k_ctx *c, float *out, const float *q, const k_kv *k, const k_kv *v, int n, int pos0,
+                       int n_heads, int n_kv_heads, int head_dim, int window, float scale, float softcap)
+{
     const int items = n * n_heads;
-    const float scale = 1.0f / sqrtf((float)head_dim);
     const int f32 = k->type == K_KV_F32 && v->type == K_KV_F32;
 #pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1) \
     if ((double)items * (pos0 + n) * head_dim >= K_PARALLEL_MIN_WORK)
     for (int it = 0; it < items; it++) {
         const item r = item_of(c, out, q, it, pos0, n_heads, n_kv_heads, head_dim, window, k->ring);
         if (f32)
-            attend_f32(&r, k->data, v->data, (size_t)n_kv_heads * head_dim, head_dim, scale);
+            attend_f32(&r, k->data, v->data, (size_t)n_kv_heads * head_dim, head_dim, scale, softcap);
         else
-            attend_any(&r, k, v, n_kv_heads, head_dim, scale);
+            attend_any(&r, k, v, n_kv_heads, head_dim, scale, softcap);
     }
 }
 

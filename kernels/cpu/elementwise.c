@@ -1,4 +1,5 @@
-/* elementwise.c: the small per-element ops (SwiGLU, residual add, scaling)
+/* elementwise.c: the small per-element ops (SwiGLU, GeGLU, soft-capping,
+ * residual add, scaling)
  * and the embedding lookup. */
 #include <math.h>
 
@@ -11,6 +12,24 @@ void k_swiglu(const k_ctx *c, float *gate, const float *up, size_t n)
         float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+void k_geglu(const k_ctx *c, float *gate, const float *up, size_t n)
+{
+    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as torch's gelu(approximate="tanh") */
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+#pragma omp parallel for simd num_threads(c->n_threads) schedule(static) if (n >= K_PARALLEL_MIN_WORK)
+    for (size_t i = 0; i < n; i++) {
+        const float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + tanhf(k0 * (x + k1 * x * x * x))) * up[i];
+    }
+}
+
+void k_softcap(const k_ctx *c, float *y, float cap, size_t n)
+{
+#pragma omp parallel for simd num_threads(c->n_threads) schedule(static) if (n >= K_PARALLEL_MIN_WORK)
+    for (size_t i = 0; i < n; i++)
+        y[i] = cap * tanhf(y[i] / cap);
 }
 
 void k_add(const k_ctx *c, float *y, const float *x, size_t n)
