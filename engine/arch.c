@@ -4,7 +4,8 @@
  * mapping. Every architecture here shares tensor names; what differs is a
  * row of flags (post_attention_layernorm follows attention with NORMS_POST
  * and NORMS_SANDWICH, where Llama's comes before the MLP; Phi-3's fused
- * qkv_proj and gate_up_proj are bound as views of their row blocks).
+ * qkv_proj and gate_up_proj are bound as views of their row blocks, or
+ * read as their parts' unfused names where engine_quantize split them).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -241,7 +242,11 @@ engine_status model_bind_weights(engine_model *m, err_buf *e)
          * follows attention, where Llama's comes before the MLP. */
         if (a->norms != NORMS_POST)
             LAYER(&L->attn_norm, "input_layernorm.weight", dim, 0, false);
-        if (a->fused) {
+        /* A fused checkpoint quantized by engine_quantize holds the parts
+         * under the unfused names. */
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.weight", l);
+        const bool fused = a->fused && st_find(m->weights, name);
+        if (fused) {
             k_weight qkv;
             LAYER(&qkv, "self_attn.qkv_proj.weight", qd + 2 * kvd, dim, false);
             if ((st = row_view(m, &qkv, 0, qd, &L->wq, name, e)) ||
@@ -273,7 +278,8 @@ engine_status model_bind_weights(engine_model *m, err_buf *e)
         } else {
             LAYER(&L->ffn_norm, "post_attention_layernorm.weight", dim, 0, false);
         }
-        if (a->fused) {
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate_up_proj.weight", l);
+        if (a->fused && st_find(m->weights, name)) {
             k_weight gu;
             LAYER(&gu, "mlp.gate_up_proj.weight", 2 * ffn, dim, false);
             if ((st = row_view(m, &gu, 0, ffn, &L->w_gate, name, e)) ||

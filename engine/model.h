@@ -64,7 +64,9 @@ typedef struct arch_features {
     bool local_rope;      /* sliding layers have a RoPE of their own
                              (rope_local_base_freq, default 10000; Gemma 3)      */
     bool fused;           /* self_attn.qkv_proj and mlp.gate_up_proj, bound as
-                             views of their row blocks (Phi-3)                   */
+                             views of their row blocks (Phi-3); a checkpoint
+                             engine_quantize wrote holds them as the unfused
+                             names (q_proj, ..., up_proj) instead               */
     bool cuda;            /* the CUDA backend runs it; else loading on CUDA fails */
 } arch_features;
 

@@ -43,6 +43,7 @@ typedef struct out_part {
     uint64_t nbytes;
     part_kind kind;
     size_t src;      /* source tensor index (st_at)             */
+    int row0, rows;  /* quantized: the source rows it holds (a fused tensor's part) */
     int shard;
     uint64_t offset; /* within the shard's data area            */
 } out_part;
@@ -59,6 +60,8 @@ typedef struct plan {
     int n_shards;
     uint64_t *shard_bytes; /* [n_shards] data bytes */
     const char *tmp;       /* the temporary output folder */
+    const char *dir;       /* the checkpoint's folder (config.json) */
+    int qkv_rows[3];       /* a fused qkv_proj's q, k and v rows (config.json), once read; 0: not yet */
 } plan;
 
 engine_quantize_params engine_quantize_default_params(void)
@@ -145,12 +148,25 @@ static bool wants_quant(const st_tensor *t, const engine_quantize_params *qp)
     return true;
 }
 
-/* The output tensors of source i quantized as q, named after base. */
-static engine_status plan_quantized(plan *p, size_t i, const char *base, const q_spec *q, err_buf *e)
+/* The output tensors of rows [row0, row0 + nrows) of source i quantized as
+ * q, named after base. */
+static engine_status plan_quantized_parts(plan *p, size_t i, const char *base, const q_spec *q, int nrows, err_buf *e);
+
+static engine_status plan_quantized(plan *p, size_t i, const char *base, const q_spec *q, int row0, int nrows,
+                                    err_buf *e)
+{
+    const size_t first = p->n_parts;
+    engine_status st = plan_quantized_parts(p, i, base, q, nrows, e);
+    for (size_t k = first; k < p->n_parts; k++)
+        p->parts[k].row0 = row0, p->parts[k].rows = nrows;
+    return st;
+}
+
+static engine_status plan_quantized_parts(plan *p, size_t i, const char *base, const q_spec *q, int nrows, err_buf *e)
 {
     const st_tensor *t = st_at(p->in, i);
     engine_status st;
-    const int64_t rows = t->shape[0], cols = t->shape[1], n = rows * cols;
+    const int64_t rows = nrows, cols = t->shape[1], n = rows * cols;
     if (q->type == K_I8) {
         if ((st = add_part(p, base, "", ST_I8, 2, rows, cols, P_DATA, i, e)))
             return st;
@@ -171,13 +187,75 @@ static engine_status plan_quantized(plan *p, size_t i, const char *base, const q
                     ST_U8, 1, jlen, 0, P_STATE, i, e);
 }
 
-/* Every output tensor of source i: as stored, quantized, or (the tied
- * table) as stored and quantized again as lm_head. */
+/* Whether name ends with suffix; *stem gets the length before it. */
+static bool ends_with(const char *name, const char *suffix, size_t *stem)
+{
+    const size_t n = strlen(name), k = strlen(suffix);
+    *stem = n >= k ? n - k : 0;
+    return n >= k && strcmp(name + n - k, suffix) == 0;
+}
+
+/*
+ * A fused tensor (Phi-3's self_attn.qkv_proj, mlp.gate_up_proj) is
+ * quantized as its parts, each its own tensor under the unfused name
+ * (q_proj, k_proj, v_proj; gate_proj, up_proj), as quantizing while loading
+ * does: a 4-bit block or double-quantization's absmax never straddles two
+ * parts. The q/k/v rows come from config.json.
+ */
+static engine_status plan_fused(plan *p, size_t i, bool *done, err_buf *e)
+{
+    const st_tensor *t = st_at(p->in, i);
+    size_t stem;
+    const char *names[3];
+    int rows[3], n = 0;
+    if (ends_with(t->name, "self_attn.qkv_proj.weight", &stem)) {
+        if (!p->qkv_rows[0]) {
+            char file[PATH_MAX + 32];
+            cfg_model c;
+            snprintf(file, sizeof file, "%s/config.json", p->dir);
+            engine_status st = cfg_load_model(file, &c, e);
+            if (st)
+                return st;
+            p->qkv_rows[0] = c.n_heads * c.head_dim;
+            p->qkv_rows[1] = p->qkv_rows[2] = c.n_kv_heads * c.head_dim;
+        }
+        if (t->shape[0] != (int64_t)p->qkv_rows[0] + 2 * p->qkv_rows[1])
+            return err_set(e, ENGINE_ERR_FORMAT, "%s: tensor '%s' has %lld rows; config.json's heads give %d",
+                           st_file_path(p->in, t->shard), t->name, (long long)t->shape[0],
+                           p->qkv_rows[0] + 2 * p->qkv_rows[1]);
+        names[0] = "self_attn.q_proj.weight", names[1] = "self_attn.k_proj.weight", names[2] = "self_attn.v_proj.weight";
+        memcpy(rows, p->qkv_rows, sizeof rows);
+        n = 3;
+    } else if (ends_with(t->name, "mlp.gate_up_proj.weight", &stem) && t->shape[0] % 2 == 0) {
+        names[0] = "mlp.gate_proj.weight", names[1] = "mlp.up_proj.weight";
+        rows[0] = rows[1] = (int)(t->shape[0] / 2);
+        n = 2;
+    }
+    *done = n > 0;
+    for (int k = 0, row0 = 0; k < n; row0 += rows[k], k++) {
+        char name[NAME_MAX_LEN];
+        if (stem + strlen(names[k]) >= sizeof name)
+            return err_set(e, ENGINE_ERR_UNSUPPORTED, "quantize: tensor name '%s' is too long", t->name);
+        snprintf(name, sizeof name, "%.*s%s", (int)stem, t->name, names[k]);
+        engine_status st = plan_quantized(p, i, name, p->quant[i], row0, rows[k], e);
+        if (st)
+            return st;
+    }
+    return ENGINE_OK;
+}
+
+/* Every output tensor of source i: as stored, quantized (a fused tensor as
+ * its parts), or (the tied table) as stored and quantized again as lm_head. */
 static engine_status plan_source(plan *p, size_t i, err_buf *e)
 {
     const st_tensor *t = st_at(p->in, i);
-    if (p->quant[i] && i != p->tied_src)
-        return plan_quantized(p, i, t->name, p->quant[i], e);
+    if (p->quant[i] && i != p->tied_src) {
+        bool fused = false;
+        engine_status st = plan_fused(p, i, &fused, e);
+        if (st || fused)
+            return st;
+        return plan_quantized(p, i, t->name, p->quant[i], 0, (int)t->shape[0], e);
+    }
     engine_status st = add_part(p, t->name, "", t->dtype, 1, 0, 0, P_COPY, i, e);
     if (st)
         return st;
@@ -185,7 +263,8 @@ static engine_status plan_source(plan *p, size_t i, err_buf *e)
     o->n_dims = t->n_dims;
     memcpy(o->shape, t->shape, sizeof o->shape);
     o->nbytes = t->nbytes;
-    return i == p->tied_src ? plan_quantized(p, i, "lm_head.weight", p->quant[i], e) : ENGINE_OK;
+    return i == p->tied_src ? plan_quantized(p, i, "lm_head.weight", p->quant[i], 0, (int)t->shape[0], e)
+                            : ENGINE_OK;
 }
 
 /* Shards by source tensor (a tensor's parts stay together), then offsets by
@@ -338,22 +417,33 @@ static engine_status write_source(const plan *p, size_t i, size_t first, const i
     const q_spec *q = p->quant[i];
     info->quantized = q != NULL;
     info->bytes_in = t->nbytes;
-    k_weight src = {t->data, t->dtype == ST_F16 ? K_F16 : t->dtype == ST_BF16 ? K_BF16 : K_F32,
-                    q ? (int)t->shape[0] : 0, q ? (int)t->shape[1] : 0};
+    const k_dtype kd = t->dtype == ST_F16 ? K_F16 : t->dtype == ST_BF16 ? K_BF16 : K_F32;
+    k_weight src = {0};
     engine_status st = ENGINE_OK;
-    if (q) {
-        if ((st = q_quantize_weight(&src, q, n_threads, &qw, what, e)))
-            return st;
-        q_error qe;
-        q_measure_error(&src, &qw.w, n_threads, &qe);
-        info->rms = qe.rms_ref;
-        info->rms_err = qe.rms_err;
-        info->max_err = qe.max_err;
-    }
+    double ref2 = 0.0, err2 = 0.0, n_el = 0.0; /* the pieces' errors together */
+    int piece = -1;
     char js[512];
     for (size_t k = first; k < p->n_parts && p->parts[k].src == i && !st; k++) {
         const out_part *o = &p->parts[k];
         const void *bytes = NULL;
+        /* A quantized tensor's parts come together, a fused tensor's pieces
+         * one after another: quantize each piece as its first part comes. */
+        if (o->kind != P_COPY && o->row0 != piece) {
+            q_weight_free(&qw);
+            memset(&qw, 0, sizeof qw);
+            piece = o->row0;
+            const int cols = (int)t->shape[1];
+            src = (k_weight){(const char *)t->data + (size_t)o->row0 * cols * k_dtype_size(kd), kd, o->rows, cols};
+            if ((st = q_quantize_weight(&src, q, n_threads, &qw, what, e)))
+                break;
+            q_error qe;
+            q_measure_error(&src, &qw.w, n_threads, &qe);
+            const double ne = (double)o->rows * cols;
+            ref2 += qe.rms_ref * qe.rms_ref * ne, err2 += qe.rms_err * qe.rms_err * ne, n_el += ne;
+            info->rms = sqrt(ref2 / n_el);
+            info->rms_err = sqrt(err2 / n_el);
+            info->max_err = fmax(info->max_err, qe.max_err);
+        }
         switch (o->kind) {
         case P_COPY: bytes = t->data; break;
         case P_DATA: bytes = qw.w.data; break;
@@ -409,6 +499,7 @@ static engine_status quantize_run(plan *p, st_set *set, const char *dir, const c
     engine_status st;
     const int n_threads = qp->n_threads > 0 ? qp->n_threads : omp_get_num_procs();
     p->in = set;
+    p->dir = dir;
     p->n_src = st_count(set);
     p->quant = calloc(p->n_src ? p->n_src : 1, sizeof *p->quant);
     if (!p->quant)

@@ -345,6 +345,14 @@ int main(void)
             check_files(dir, ENGINE_QUANT_FP4, ENGINE_QUANT_NONE, "fp4", ids, n);
             check_files(dir, ENGINE_QUANT_INT8, ENGINE_QUANT_NF4, "int8-head-nf4", ids, n); /* untied */
         }
+        if (strcmp(fixtures[i], "phi3_f32") == 0) {
+            /* Fused qkv_proj/gate_up_proj written as their parts: the same
+             * bits as quantizing the parts while loading (double-quantization's
+             * absmax statistics included, which a whole fused tensor would
+             * share between parts). */
+            check_files(dir, ENGINE_QUANT_NF4_DQ, ENGINE_QUANT_NONE, "phi3-nf4-dq", ids, n);
+            check_files(dir, ENGINE_QUANT_INT8_G128, ENGINE_QUANT_NONE, "phi3-int8-g128", ids, n);
+        }
         json_decref(r);
     }
     check_bnb("llama_bnb_nf4_dq");
