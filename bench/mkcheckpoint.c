@@ -1,5 +1,6 @@
 /*
- * mkcheckpoint.c: writes a random-weight Hugging Face Llama checkpoint
+ * mkcheckpoint.c: writes a random-weight Hugging Face checkpoint (Llama,
+ * Gemma 2, Gemma 3 text or Phi-3 layout)
  * (config.json and model.safetensors, or shards and an index past the shard
  * size, named as transformers names them) so that loading and throughput can
  * be measured at real model shapes without downloading weights.
@@ -7,11 +8,15 @@
  * Standalone on purpose (libc and libm only, not the engine): a benchmark
  * input must not depend on the code it measures.
  *
- *   mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|tiny --dtype bf16|f16|f32
- *                [--seed S] [--shard-size 5G] OUTDIR
+ *   mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|gemma-2-9b|gemma-3-4b|phi-3.5-mini|tiny
+ *                --dtype bf16|f16|f32 [--seed S] [--shard-size 5G] OUTDIR
  *
- * Weights are uniform with std 0.02 (norm weights 1.0), drawn per tensor from
- * a stream seeded by (seed, tensor index): the same seed gives the same bytes.
+ * Weights are uniform with std 0.02 (norm weights 1.0, Gemma's 0.0: its
+ * norms scale by 1 + w), drawn per tensor from a stream seeded by (seed,
+ * tensor index): the same seed gives the same bytes. The shapes are the
+ * published configs' (Gemma 3 4B: its text model, as Gemma3ForCausalLM);
+ * Phi-3.5-mini's longrope factors are made up (48 of each, as its head needs),
+ * not Microsoft's.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -29,21 +34,34 @@
 #include <time.h>
 #include <unistd.h>
 
+typedef enum { ARCH_LLAMA, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3 } arch_t;
+
 typedef struct shape_def {
     const char *name;
     int hidden, layers, heads, kv_heads, head_dim, ffn, vocab, max_pos;
     bool tied;
     double rms_eps, rope_theta, rope_factor, rope_low, rope_high;
     int rope_orig_max_pos, bos, eos;
+    arch_t arch;  /* Llama's layout unless said */
+    int window;   /* Gemma: sliding_window */
 } shape_def;
 
 static const shape_def shapes[] = {
     {"llama-3.2-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072, true, 1e-5, 500000.0, 32.0, 1.0, 4.0, 8192, 128000,
-     128001},
+     128001, ARCH_LLAMA, 0},
     {"llama-3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256, 131072, false, 1e-5, 500000.0, 8.0, 1.0, 4.0, 8192, 128000,
-     128001},
+     128001, ARCH_LLAMA, 0},
+    /* google/gemma-2-9b: head_dim 256, window 4096 on every other layer, soft-caps 50/30. */
+    {"gemma-2-9b", 3584, 42, 16, 8, 256, 14336, 256000, 8192, true, 1e-6, 10000.0, 1.0, 0, 0, 0, 2, 1, ARCH_GEMMA2,
+     4096},
+    /* google/gemma-3-4b's text model: 5 local (window 1024, theta 10000) to 1 global (1e6, linear 8). */
+    {"gemma-3-4b", 2560, 34, 8, 4, 256, 10240, 262208, 131072, true, 1e-6, 1000000.0, 8.0, 0, 0, 0, 2, 1,
+     ARCH_GEMMA3, 1024},
+    /* microsoft/Phi-3.5-mini-instruct: fused qkv/gate_up, longrope from 4096 to 131072. */
+    {"phi-3.5-mini", 3072, 32, 32, 32, 96, 8192, 32064, 131072, false, 1e-5, 10000.0, 0, 0, 0, 4096, 1, 32000,
+     ARCH_PHI3, 0},
     /* Smoke test: same features as 8B (GQA, untied head, llama3 RoPE), tiny sizes. */
-    {"tiny", 64, 2, 4, 2, 16, 176, 512, 2048, false, 1e-5, 500000.0, 8.0, 1.0, 4.0, 256, 1, 2},
+    {"tiny", 64, 2, 4, 2, 16, 176, 512, 2048, false, 1e-5, 500000.0, 8.0, 1.0, 4.0, 256, 1, 2, ARCH_LLAMA, 0},
 };
 
 typedef enum { DT_BF16, DT_F16, DT_F32 } dtype_t;
@@ -59,7 +77,8 @@ static const struct {
 typedef struct tensor_def {
     char name[96];
     int64_t rows, cols; /* cols == 0: a vector of rows elements */
-    bool ones;          /* norm weights */
+    bool norm;          /* norm weights: all `value` */
+    float value;
     uint64_t n, bytes;
     int shard;
     uint64_t offset; /* within its shard's data area */
@@ -118,8 +137,8 @@ static void fail(const char *fmt, ...)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|tiny --dtype bf16|f16|f32\n"
-               "                    [--seed S] [--shard-size 5G] OUTDIR\n"
+    fprintf(f, "usage: mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|gemma-2-9b|gemma-3-4b|phi-3.5-mini|tiny\n"
+               "                    --dtype bf16|f16|f32 [--seed S] [--shard-size 5G] OUTDIR\n"
                "Writes OUTDIR/config.json and random weights as OUTDIR/model.safetensors, or as\n"
                "model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json when\n"
                "larger than --shard-size (K/M/G/T = powers of 1000, KiB/MiB/GiB/TiB = of 1024;\n"
@@ -246,9 +265,9 @@ static int write_tensor(FILE *f, const char *path, const tensor_def *t, int inde
     while (left) {
         size_t n = left < buf_elems ? (size_t)left : buf_elems;
         float *v = buf; /* f32 first, then narrowed into half */
-        if (t->ones) {
+        if (t->norm) {
             for (size_t i = 0; i < n; i++)
-                v[i] = 1.0f;
+                v[i] = t->value;
         } else {
             for (size_t i = 0; i < n; i += 2) {
                 /* Two 24-bit uniforms per 64-bit draw. */
@@ -358,7 +377,7 @@ static int write_text_file(const char *path, const char *s)
     return rc;
 }
 
-static int config_json(text *t, const shape_def *s, dtype_t dt)
+static int llama_config(text *t, const shape_def *s, dtype_t dt)
 {
     return text_add(t,
                     "{\n"
@@ -398,6 +417,92 @@ static int config_json(text *t, const shape_def *s, dtype_t dt)
                     s->tied ? "true" : "false", dtypes[dt].torch_name, s->vocab);
 }
 
+/* Gemma 2 and 3 as their configs on the Hub have them (no layer_types: the
+ * engine derives the pattern, as transformers does). */
+static int gemma_config(text *t, const shape_def *s, dtype_t dt)
+{
+    const bool g3 = s->arch == ARCH_GEMMA3;
+    return text_add(t,
+                    "{\n"
+                    "  \"architectures\": [\"%s\"],\n"
+                    "  \"model_type\": \"%s\",\n"
+                    "  \"attention_bias\": false,\n"
+                    "  \"attn_logit_softcapping\": %s,\n"
+                    "  \"final_logit_softcapping\": %s,\n"
+                    "  \"bos_token_id\": %d,\n"
+                    "  \"eos_token_id\": %d,\n"
+                    "  \"head_dim\": %d,\n"
+                    "  \"hidden_activation\": \"gelu_pytorch_tanh\",\n"
+                    "  \"hidden_size\": %d,\n"
+                    "  \"intermediate_size\": %d,\n"
+                    "  \"max_position_embeddings\": %d,\n"
+                    "  \"num_attention_heads\": %d,\n"
+                    "  \"num_hidden_layers\": %d,\n"
+                    "  \"num_key_value_heads\": %d,\n"
+                    "  \"query_pre_attn_scalar\": %d,\n"
+                    "  \"rms_norm_eps\": %g,\n"
+                    "  \"rope_theta\": %.1f,\n"
+                    "%s"
+                    "  \"sliding_window\": %d,\n"
+                    "  \"tie_word_embeddings\": %s,\n"
+                    "  \"torch_dtype\": \"%s\",\n"
+                    "  \"vocab_size\": %d\n"
+                    "}\n",
+                    g3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM", g3 ? "gemma3_text" : "gemma2",
+                    g3 ? "null" : "50.0", g3 ? "null" : "30.0", s->bos, s->eos, s->head_dim, s->hidden, s->ffn,
+                    s->max_pos, s->heads, s->layers, s->kv_heads, s->head_dim, s->rms_eps, s->rope_theta,
+                    g3 ? "  \"rope_local_base_freq\": 10000.0,\n"
+                         "  \"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"},\n"
+                         "  \"sliding_window_pattern\": 6,\n"
+                       : "",
+                    s->window, s->tied ? "true" : "false", dtypes[dt].torch_name, s->vocab);
+}
+
+/* Phi-3.5-mini's config, its longrope factors made up (monotone, the right count). */
+static int phi3_config(text *t, const shape_def *s, dtype_t dt)
+{
+    int rc = text_add(t,
+                      "{\n"
+                      "  \"architectures\": [\"Phi3ForCausalLM\"],\n"
+                      "  \"model_type\": \"phi3\",\n"
+                      "  \"bos_token_id\": %d,\n"
+                      "  \"eos_token_id\": %d,\n"
+                      "  \"hidden_act\": \"silu\",\n"
+                      "  \"hidden_size\": %d,\n"
+                      "  \"intermediate_size\": %d,\n"
+                      "  \"max_position_embeddings\": %d,\n"
+                      "  \"num_attention_heads\": %d,\n"
+                      "  \"num_hidden_layers\": %d,\n"
+                      "  \"num_key_value_heads\": %d,\n"
+                      "  \"original_max_position_embeddings\": %d,\n"
+                      "  \"rms_norm_eps\": %g,\n"
+                      "  \"rope_theta\": %.1f,\n"
+                      "  \"sliding_window\": 262144,\n"
+                      "  \"tie_word_embeddings\": %s,\n"
+                      "  \"torch_dtype\": \"%s\",\n"
+                      "  \"vocab_size\": %d,\n"
+                      "  \"rope_scaling\": {\n    \"type\": \"longrope\",\n",
+                      s->bos, s->eos, s->hidden, s->ffn, s->max_pos, s->heads, s->layers, s->kv_heads,
+                      s->rope_orig_max_pos, s->rms_eps, s->rope_theta, s->tied ? "true" : "false",
+                      dtypes[dt].torch_name, s->vocab);
+    const int n = s->head_dim / 2;
+    for (int f = 0; f < 2 && rc == 0; f++) {
+        rc = text_add(t, "    \"%s_factor\": [", f ? "long" : "short");
+        for (int i = 0; i < n && rc == 0; i++)
+            rc = text_add(t, "%s%.4f", i ? ", " : "", f ? 1.0 + 40.0 * i / (n - 1) : 1.0 + 0.5 * i / (n - 1));
+        if (rc == 0)
+            rc = text_add(t, "]%s\n", f ? "" : ",");
+    }
+    return rc ? rc : text_add(t, "  }\n}\n");
+}
+
+static int config_json(text *t, const shape_def *s, dtype_t dt)
+{
+    return s->arch == ARCH_PHI3 ? phi3_config(t, s, dt)
+           : s->arch == ARCH_LLAMA ? llama_config(t, s, dt)
+                                   : gemma_config(t, s, dt);
+}
+
 static int tensor_name_cmp(const void *a, const void *b)
 {
     return strcmp(((const tensor_def *)a)->name, ((const tensor_def *)b)->name);
@@ -405,7 +510,8 @@ static int tensor_name_cmp(const void *a, const void *b)
 
 static int build_tensors(const shape_def *s, dtype_t dt, tensor_def **out)
 {
-    const int n = 2 + 9 * s->layers + (s->tied ? 0 : 1);
+    const bool gemma = s->arch == ARCH_GEMMA2 || s->arch == ARCH_GEMMA3;
+    const int n = 2 + 13 * s->layers + (s->tied ? 0 : 1); /* at most */
     tensor_def *ts = calloc((size_t)n, sizeof *ts);
     if (!ts) {
         fail("out of memory");
@@ -413,37 +519,56 @@ static int build_tensors(const shape_def *s, dtype_t dt, tensor_def **out)
     }
     const int64_t d = s->hidden, q = (int64_t)s->heads * s->head_dim, kv = (int64_t)s->kv_heads * s->head_dim;
     const int64_t ffn = s->ffn;
+    /* Gemma's norms scale by 1 + w: 0 is its identity. */
+    const float one = gemma ? 0.0f : 1.0f;
     int k = 0;
-#define ADD(r, c, one, ...)                                                  \
+#define ADD(r, c, nrm, ...)                                                  \
     do {                                                                     \
         snprintf(ts[k].name, sizeof ts[k].name, __VA_ARGS__);                \
         ts[k].rows = (r);                                                    \
         ts[k].cols = (c);                                                    \
-        ts[k].ones = (one);                                                  \
+        ts[k].norm = (nrm);                                                  \
+        ts[k].value = one;                                                   \
         k++;                                                                 \
     } while (0)
     ADD(s->vocab, d, false, "model.embed_tokens.weight");
     for (int l = 0; l < s->layers; l++) {
         ADD(d, 0, true, "model.layers.%d.input_layernorm.weight", l);
-        ADD(q, d, false, "model.layers.%d.self_attn.q_proj.weight", l);
-        ADD(kv, d, false, "model.layers.%d.self_attn.k_proj.weight", l);
-        ADD(kv, d, false, "model.layers.%d.self_attn.v_proj.weight", l);
+        if (s->arch == ARCH_PHI3) {
+            ADD(q + 2 * kv, d, false, "model.layers.%d.self_attn.qkv_proj.weight", l);
+        } else {
+            ADD(q, d, false, "model.layers.%d.self_attn.q_proj.weight", l);
+            ADD(kv, d, false, "model.layers.%d.self_attn.k_proj.weight", l);
+            ADD(kv, d, false, "model.layers.%d.self_attn.v_proj.weight", l);
+        }
+        if (s->arch == ARCH_GEMMA3) {
+            ADD(s->head_dim, 0, true, "model.layers.%d.self_attn.q_norm.weight", l);
+            ADD(s->head_dim, 0, true, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
         ADD(d, q, false, "model.layers.%d.self_attn.o_proj.weight", l);
         ADD(d, 0, true, "model.layers.%d.post_attention_layernorm.weight", l);
-        ADD(ffn, d, false, "model.layers.%d.mlp.gate_proj.weight", l);
-        ADD(ffn, d, false, "model.layers.%d.mlp.up_proj.weight", l);
+        if (gemma) {
+            ADD(d, 0, true, "model.layers.%d.pre_feedforward_layernorm.weight", l);
+            ADD(d, 0, true, "model.layers.%d.post_feedforward_layernorm.weight", l);
+        }
+        if (s->arch == ARCH_PHI3) {
+            ADD(2 * ffn, d, false, "model.layers.%d.mlp.gate_up_proj.weight", l);
+        } else {
+            ADD(ffn, d, false, "model.layers.%d.mlp.gate_proj.weight", l);
+            ADD(ffn, d, false, "model.layers.%d.mlp.up_proj.weight", l);
+        }
         ADD(d, ffn, false, "model.layers.%d.mlp.down_proj.weight", l);
     }
     ADD(d, 0, true, "model.norm.weight");
     if (!s->tied)
         ADD(s->vocab, d, false, "lm_head.weight");
 #undef ADD
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < k; i++) {
         ts[i].n = (uint64_t)ts[i].rows * (uint64_t)(ts[i].cols ? ts[i].cols : 1);
         ts[i].bytes = ts[i].n * dtypes[dt].size;
     }
     *out = ts;
-    return n;
+    return k;
 }
 
 /* Everything after the arguments: 0 on success, 1 with a message printed. */
@@ -617,7 +742,7 @@ int main(int argc, char **argv)
                 if (strcmp(val, shapes[k].name) == 0)
                     shape = &shapes[k];
             if (!shape) {
-                fail("unknown shape '%s' (llama-3.2-1b, llama-3.1-8b, tiny)", val);
+                fail("unknown shape '%s' (llama-3.2-1b, llama-3.1-8b, gemma-2-9b, gemma-3-4b, phi-3.5-mini, tiny)", val);
                 return 2;
             }
         } else if (strcmp(opt, "--dtype") == 0) {

@@ -182,6 +182,11 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
         w->layer_mats[l] = off - start;
         vec_bytes(&off, &L->attn_norm, K_F32);
         vec_bytes(&off, &L->ffn_norm, K_F32);
+        /* Norms on the blocks' outputs (OLMo 2, Gemma's sandwich). */
+        if (L->attn_post_norm.data) {
+            vec_bytes(&off, &L->attn_post_norm, K_F32);
+            vec_bytes(&off, &L->ffn_post_norm, K_F32);
+        }
         if (L->q_norm.data) {
             vec_bytes(&off, &L->q_norm, K_F32);
             vec_bytes(&off, &L->k_norm, K_F32);
@@ -225,6 +230,11 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
     b.logits = carve(base, &off, (uint64_t)c->vocab_size * sizeof(float), PLAN_ALIGN);
     b.rope_cos = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
     b.rope_sin = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
+    /* Gemma 3's sliding layers rotate by tables of their own (cos and sin):
+     * counted here so that the plan holds them; the CUDA session does not
+     * run Gemma 3 yet and so names no buffer for them. */
+    if (c->rope_local_theta > 0.0)
+        carve(base, &off, 2 * ctx * half * sizeof(float), PLAN_ALIGN);
     b.argmax_scratch = carve(base, &off, argmax_bytes, PLAN_ALIGN);
     b.deq = carve(base, &off, deq_elems * ws, PLAN_ALIGN);
     b.ids = carve(base, &off, nb * sizeof(int32_t), PLAN_ALIGN);

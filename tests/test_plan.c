@@ -727,9 +727,52 @@ static void test_stories(void)
     engine_plan_free(plan);
 }
 
+/*
+ * Gemma 2 9B's shape: two more fp32 norms a layer (on the attention and
+ * MLP outputs), a tied 256,000-row head read once per token, and a window
+ * of 4096 on every other layer (layers 0, 2, ...: a ring; the rest hold the
+ * whole context).
+ */
+static void test_gemma2_9b(void)
+{
+    static const shape GEMMA2_9B = {3584, 42, 16, 8, 256, 14336, 256000, 8192, true, K_BF16};
+    engine_model *m = synth(&GEMMA2_9B);
+    cfg_model *c = &m->cfg;
+    c->sliding_window = 4096, c->sliding_from_layer = c->n_layers;
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        L->attn_post_norm = W(K_BF16, 1, c->dim), L->ffn_post_norm = W(K_BF16, 1, c->dim);
+        if (l % 2 == 0)
+            c->sliding_layers[l / 64] |= 1ull << (l % 64);
+    }
+    char err[512];
+    engine_status st;
+    engine_plan *p = plan_of(m, 80 * GiB, 8192, ENGINE_QUANT_NONE, &st, err, sizeof err);
+    CHECK_MSG(st == ENGINE_OK && p, "%s", err);
+    if (p) {
+        const engine_plan_totals *t = engine_plan_get_totals(p);
+        const uint64_t L = layer_bytes(&GEMMA2_9B, ENGINE_QUANT_NONE) + 2 * ru(3584 * 4, 256);
+        const uint64_t emb = 256000ull * 3584 * 2, kv_row = 2ull * 8 * 256 * 2; /* K and V, fp16 */
+        const uint64_t ring = 4096 + PLAN_CUDA_BATCH + 1;
+        for (int l = 0; l < 42; l++) {
+            const engine_plan_entry *r = engine_plan_entry_at(p, 1 + (size_t)l);
+            CHECK_MSG(r->weight_bytes == L, "layer %d: %llu bytes, want %llu", l, (unsigned long long)r->weight_bytes,
+                      (unsigned long long)L);
+            CHECK_MSG(r->kv_bytes == kv_row * (l % 2 == 0 ? ring : 8192), "layer %d: KV %llu", l,
+                      (unsigned long long)r->kv_bytes);
+        }
+        CHECK(t->kv_cache == 21 * kv_row * (ring + 8192));
+        CHECK_MSG(t->read_per_token == 42 * L + emb + 3584 * 4, "read per token %llu",
+                  (unsigned long long)t->read_per_token);
+        engine_plan_free(p);
+    }
+    synth_free(m);
+}
+
 int main(void)
 {
     test_sizes_8b();
+    test_gemma2_9b();
     test_streaming_8b();
     test_hosted_8b();
     test_forced_head();
