@@ -1,15 +1,17 @@
 /*
- * attn_decode.cu: the decode attention kernel alone at a given depth, for
- * every KV cache type, through both merges (thread-block cluster and the
- * portable one through global memory) and several split counts: the time
- * of one launch and the rate at which it reads the cache.
+ * attn_decode.cu: the decode attention kernels alone at a given depth, for
+ * every KV cache type: the staged kernel through both merges (thread-block
+ * cluster and the portable one through global memory) and the streaming
+ * kernel of long contexts, at several split counts (the staged kernel's at
+ * most 16): the time of one launch and the rate at which it reads the
+ * cache.
  *
  *   attn_decode [--depth N] [--heads H] [--kv-heads K] [--head-dim D]
  *               [--layers L] [--reps R] [--splits S,S,...]
  *
  * Defaults: Llama-3.1-8B's shape (32 heads, 8 kv heads, head_dim 128) at
  * depth 32,768, 4 layers' caches used in turn (so that a layer's cache is
- * not in L2 from the launch before), 50 repetitions, splits 8,16.
+ * not in L2 from the launch before), 50 repetitions, splits 8,16,32.
  * Bytes read a launch: K and V rows of the depth, and int8/fp8's two row
  * scales; the qkv input and the output are a few kB. ENGINE_CUDA_CC caps
  * the capability as in the engine (no cluster path below 9.0).
@@ -30,7 +32,7 @@ static const char *kv_name(k_kv_type t)
 int main(int argc, char **argv)
 {
     int depth = 32768, nh = 32, nkv = 8, hd = 128, layers = 4, reps = 50;
-    std::vector<int> split_list = {8, 16};
+    std::vector<int> split_list = {8, 16, 32};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--depth")) depth = atoi(v);
@@ -106,16 +108,18 @@ int main(int argc, char **argv)
         BENCH_CK(cudaMemcpy(pos, &p, 4, cudaMemcpyHostToDevice));
     }
     const bool has_cluster = lc.fast[K_OP_ATTN_CLUSTER];
-    printf("%-5s %-9s %6s %10s %10s\n", "kv", "merge", "splits", "us/launch", "GB/s");
+    printf("%-5s %-9s %6s %10s %10s\n", "kv", "kernel", "splits", "us/launch", "GB/s");
+    static const char *const variants[] = {"cluster", "portable", "stream"};
     const k_kv_type types[] = {K_KV_F16, K_KV_BF16, K_KV_INT8, K_KV_FP8};
     for (k_kv_type t : types) {
         const size_t es = t == K_KV_INT8 || t == K_KV_FP8 ? 1 : 2;
         const bool quant = es == 1;
         const double bytes = 2.0 * rows * es + (quant ? 2.0 * n_ctx * nkv * 4 : 0.0);
-        for (int cluster = has_cluster ? 1 : 0; cluster >= 0; cluster--) {
-            lc.fast[K_OP_ATTN_CLUSTER] = cluster;
+        for (int v = has_cluster ? 0 : 1; v < 3; v++) {
+            const bool stream = v == 2;
+            lc.fast[K_OP_ATTN_CLUSTER] = v == 0;
             for (int splits : split_list) {
-                if (splits > 16)
+                if (splits > (stream ? 32 : 16))
                     continue;
                 int layer = 0, rc = 0;
                 auto run = [&]() {
@@ -137,7 +141,8 @@ int main(int argc, char **argv)
                         a.head_dim = hd;
                         a.part = part;
                         a.count = count;
-                        rc = launch_attention_decode(&lc, &a, out, 0, splits);
+                        rc = stream ? launch_attention_decode_stream(&lc, &a, out, 0, splits)
+                                    : launch_attention_decode(&lc, &a, out, 0, splits);
                     }
                 };
                 /* One graph of the layers' launches, as the engine's decode graph
@@ -155,10 +160,10 @@ int main(int argc, char **argv)
                     cudaGraphExecDestroy(exec);
                 cudaGraphDestroy(graph);
                 if (rc) {
-                    printf("%-5s %-9s %6d  failed: %s\n", kv_name(t), cluster ? "cluster" : "portable", splits, lc.err);
+                    printf("%-5s %-9s %6d  failed: %s\n", kv_name(t), variants[v], splits, lc.err);
                     continue;
                 }
-                printf("%-5s %-9s %6d %10.1f %10.0f\n", kv_name(t), cluster ? "cluster" : "portable", splits,
+                printf("%-5s %-9s %6d %10.1f %10.0f\n", kv_name(t), variants[v], splits,
                        ms * 1e3, bytes / (ms * 1e-3) / 1e9);
             }
         }

@@ -48,9 +48,10 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
  * product (gemv_args.x_max): 4 slots a layer and one for the head. */
 #define PLAN_IN_MAX_SLOTS(n_layers) (4 * (uint64_t)(n_layers) + 1)
 
-/* Decode attention without clusters merges its splits (16 at most) through
+/* Decode attention without clusters merges its splits (32 at most, the
+ * streaming kernel's; the staged kernel takes 16) through
  * global memory: each split's accumulator and (max, sum) per head. */
-#define PLAN_ATTN_PART_FLOATS(c) (16 * ((uint64_t)(c)->n_heads * (c)->head_dim + 2 * (uint64_t)(c)->n_heads))
+#define PLAN_ATTN_PART_FLOATS(c) (32 * ((uint64_t)(c)->n_heads * (c)->head_dim + 2 * (uint64_t)(c)->n_heads))
 
 /*
  * The activation region of a CUDA session: every buffer planned once, in

@@ -125,7 +125,7 @@ typedef struct rope_qkv_args {
     int ring;          /* the cache's rows when it is a ring (position p at row p % ring), 0: p at row p */
     const int *pos0;
     int n, n_heads, n_kv_heads, head_dim;
-    /* Decode attention's portable merge: partial results [n_kv_heads * 16 *
+    /* Decode attention's portable merge: partial results [n_kv_heads * 32 *
      * (G * hd + 2 * G)] (G = n_heads / n_kv_heads), and a counter per kv
      * head, zero before the first launch (each launch leaves them zero). */
     float *part;
@@ -152,6 +152,18 @@ int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
  * where c->fast[K_OP_PDL].
  */
 int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, float *out, int window, int n_splits);
+/*
+ * The same for long contexts, on every GPU: each warp streams keys of its
+ * own into registers with an online softmax of its own, and the n_splits
+ * blocks (1 .. 32) of a kv head merge through r->part. Faster than the
+ * staged kernel once the cache is long (the engine switches at
+ * engine/cuda/state.h's ATTN_STREAM_FROM positions), slower for short ones. Serves 16- and 8-bit
+ * caches, head_dim 64, 128 or 256 and groups of 1, 2, 4 or 8 q heads
+ * (attention_decode_stream_serves); other shapes go to
+ * launch_attention_decode with at most 16 splits.
+ */
+int launch_attention_decode_stream(launch_ctx *c, const rope_qkv_args *r, float *out, int window, int n_splits);
+bool attention_decode_stream_serves(k_kv_type kvt, int n_heads, int n_kv_heads, int head_dim);
 
 /*
  * Causal attention of n new tokens at positions pos0 .. pos0+n-1 (host value)

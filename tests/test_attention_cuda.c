@@ -108,6 +108,14 @@ static float *kv_read_pos(const test_kv *t, int p0, int n, int nkv, int ring)
  * launch_rope_qkv, into a whole cache and into a sliding window's ring of
  * 8 rows (5 tokens at 14..18: rows 6, 7, 0, 1, 2; RoPE by position).
  */
+/* Decode through the staged kernel, or (decode_stream) the streaming one of long contexts. */
+static bool decode_stream;
+static int launch_decode(launch_ctx *lc, const rope_qkv_args *a, float *out, int window, int splits)
+{
+    return decode_stream ? launch_attention_decode_stream(lc, a, out, window, splits)
+                         : launch_attention_decode(lc, a, out, window, splits);
+}
+
 static void test_rope_qkv(launch_ctx *lc)
 {
     static const int cfg[][4] = {/* heads, kv heads, head_dim, qk norm */
@@ -312,6 +320,8 @@ static void check_attention_ring(launch_ctx *lc, k_kv_type kvt, k_dtype ot, int 
 static void check_decode_ring(launch_ctx *lc, k_kv_type kvt, int nh, int nkv, int hd, int pos, int window, int ring,
                               int splits)
 {
+    if (test_quick() && pos > 1100)
+        return;
     const int total = pos + 1, kvd = nkv * hd, half = hd / 2, width = (nh + 2 * nkv) * hd, slot = pos % ring;
     float *kv = malloc((size_t)total * kvd * sizeof *kv), *vv = malloc((size_t)total * kvd * sizeof *vv);
     fill(kv, (size_t)total * kvd, 1.5);
@@ -350,7 +360,7 @@ static void check_decode_ring(launch_ctx *lc, k_kv_type kvt, int nh, int nkv, in
     float *dout = dev_alloc((size_t)nh * hd * sizeof(float));
     uint32_t *dmax = dev_alloc(sizeof(uint32_t));
     cudaMemset(dmax, 0, sizeof(uint32_t));
-    const size_t part_n = (size_t)16 * (nh * hd + 2 * nh);
+    const size_t part_n = (size_t)32 * (nh * hd + 2 * nh);
     float *dpart = dev_alloc(part_n * sizeof(float));
     unsigned *dcount = dev_alloc((size_t)nkv * sizeof(unsigned));
     cudaMemset(dpart, 0xff, part_n * sizeof(float));
@@ -359,7 +369,7 @@ static void check_decode_ring(launch_ctx *lc, k_kv_type kvt, int nh, int nkv, in
                        .k_cache = K.d, .v_cache = V.d, .k_scale = K.d_scales, .v_scale = V.d_scales, .kvt = kvt,
                        .ring = ring, .pos0 = dpos, .n = 1, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
                        .part = dpart, .count = dcount};
-    CHECK_MSG(launch_attention_decode(lc, &a, dout, window, splits) == 0, "%s", lc->err);
+    CHECK_MSG(launch_decode(lc, &a, dout, window, splits) == 0, "%s", lc->err);
     /* CPU: the new row as the whole cache stores it at pos, and attention over the whole cache. */
     k_ctx kc = cpu_ctx(hd);
     float *q = malloc((size_t)nh * hd * sizeof *q), *kn_row = kv + (size_t)pos * kvd, *vn_row = vv + (size_t)pos * kvd;
@@ -425,6 +435,8 @@ static void test_ring(launch_ctx *lc, k_kv_type kvt, k_dtype act)
 static void check_attention_decode(launch_ctx *lc, k_kv_type kvt, int nh, int nkv, int hd, int pos, int window,
                                    int splits, bool norm)
 {
+    if (test_quick() && pos > 1100)
+        return;
     const int total = pos + 1, kvd = nkv * hd, half = hd / 2, width = (nh + 2 * nkv) * hd;
     float *kv = malloc((size_t)total * kvd * sizeof *kv), *vv = malloc((size_t)total * kvd * sizeof *vv);
     fill(kv, (size_t)total * kvd, 1.5);
@@ -456,7 +468,7 @@ static void check_attention_decode(launch_ctx *lc, k_kv_type kvt, int nh, int nk
     uint32_t *dmax = dev_alloc(sizeof(uint32_t));
     cudaMemset(dmax, 0, sizeof(uint32_t));
     /* The portable merge's partial results (poisoned) and counters (zero, as the session leaves them). */
-    const size_t part_n = (size_t)16 * (nh * hd + 2 * nh);
+    const size_t part_n = (size_t)32 * (nh * hd + 2 * nh);
     float *dpart = dev_alloc(part_n * sizeof(float));
     unsigned *dcount = dev_alloc((size_t)nkv * sizeof(unsigned));
     cudaMemset(dpart, 0xff, part_n * sizeof(float));
@@ -466,7 +478,7 @@ static void check_attention_decode(launch_ctx *lc, k_kv_type kvt, int nh, int nk
                        .k_scale = K.d_scales, .v_scale = V.d_scales, .kvt = kvt,
                        .pos0 = dpos, .n = 1, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
                        .part = dpart, .count = dcount};
-    const int rc = launch_attention_decode(lc, &a, dout, window, splits);
+    const int rc = launch_decode(lc, &a, dout, window, splits);
     if (rc != 0 && strstr(lc->err, "shared memory") && lc->smem_max < LESSER_SMEM) {
         /* A shape beyond a lesser GPU's shared memory is refused with a message, not launched. */
         printf("test_kernels_cuda: refused at %zu bytes of shared memory: %s\n", lc->smem_max, lc->err);
@@ -595,6 +607,24 @@ static void test_attention_paths(launch_ctx *lc)
         check_attention(lc, kvt, K_F32, 4, 2, 128, 129, 3, 1);
         check_attention(lc, kvt, K_F32, 4, 4, 128, 300, 1000, 0);
         test_ring(lc, kvt, act);
+        /* The streaming kernel: groups of 1, 2, 4 and 8, head_dim 64, 128 and
+         * 256, up to 32 splits, splits that get no keys or too few (a split
+         * takes at least 128), windows, a ring; shapes it does not serve
+         * (fp32, a group of 3, head_dim 96) go to the staged kernel. */
+        decode_stream = true;
+        check_attention_decode(lc, kvt, 32, 8, 128, 4095, 0, 32, false);
+        check_attention_decode(lc, kvt, 32, 8, 128, 3999, 1000, 24, true);
+        check_attention_decode(lc, kvt, 8, 2, 64, 5, 0, 8, true);
+        check_attention_decode(lc, kvt, 16, 16, 64, 1000, 0, 7, false);
+        check_attention_decode(lc, kvt, 16, 8, 256, 700, 0, 5, false);
+        check_attention_decode(lc, kvt, 64, 8, 128, 2000, 0, 32, true);
+        check_attention_decode(lc, kvt, 4, 1, 64, 300, 0, 3, false);
+        check_attention_decode(lc, kvt, 8, 1, 256, 129, 0, 1, true);
+        check_attention_decode(lc, kvt, 12, 4, 128, 200, 0, 4, false);
+        check_attention_decode(lc, kvt, 4, 4, 96, 50, 0, 2, false);
+        check_decode_ring(lc, kvt, 32, 8, 128, 3999, 1000, 1000 + 512 + 1, 32);
+        check_decode_ring(lc, kvt, 8, 2, 64, 5, 8, 12, 3);
+        decode_stream = false;
     }
 }
 

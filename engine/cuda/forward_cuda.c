@@ -170,6 +170,17 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
 }
 
 /*
+ * Decode attention of layer l: the staged kernel, or from ATTN_STREAM_FROM
+ * positions on the streaming one (cs->long_ctx; kernels_cuda.h).
+ */
+static int attend(cuda_session *cs, const engine_session *s, const rope_qkv_args *ra, int l)
+{
+    const int window = window_of(s->model, l);
+    return cs->long_ctx ? launch_attention_decode_stream(&cs->lc, ra, cs->att, window, cs->n_splits_long)
+                        : launch_attention_decode(&cs->lc, ra, cs->att, window, cs->n_splits);
+}
+
+/*
  * One token: every launch here is captured into the decode graph. fed: the
  * step before left this one's input (argmax_feed: the token embedded in x,
  * the input maxima zeroed), so it starts with its first product.
@@ -202,7 +213,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         if (stream_hosted(cs, l)) { /* the CPU's products around the GPU's attention */
             const bool next = l + 1 < c->n_layers && stream_hosted(cs, l + 1);
             TRY(host_layer_before(cs->host, lc, l, cs->x, cs->qkv, l == 0 || !stream_hosted(cs, l - 1)));
-            TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
+            TRY(attend(cs, s, &ra, l));
             TRY(host_layer_after(cs->host, lc, l, cs->att, cs->x, !next));
             TRY(stream_after_layer(cs, l));
             continue;
@@ -212,7 +223,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
         ra.out_max = max_slot(cs, l, 1, &D->wo);
-        TRY(launch_attention_decode(lc, &ra, cs->att, window_of(m, l), cs->n_splits));
+        TRY(attend(cs, s, &ra, l));
         gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
                        .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),
                        .y_max_norm = D->ffn_norm};
@@ -236,6 +247,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
 
 int cuda_decode_eager(cuda_session *cs, const engine_session *s)
 {
+    cs->long_ctx = s->n_past - 1 >= ATTN_STREAM_FROM;
     return decode_launches(cs, s, false);
 }
 
@@ -321,7 +333,8 @@ static engine_status capture(cuda_session *cs, const engine_session *s, bool hos
 static engine_status launch_step(engine_session *s, int32_t id, int pos, err_buf *e)
 {
     cuda_session *cs = s->cuda;
-    cudaGraphExec_t *g = id >= 0 ? &cs->graph : &cs->graph_fb;
+    cs->long_ctx = pos >= ATTN_STREAM_FROM;
+    cudaGraphExec_t *g = id >= 0 ? &cs->graph[cs->long_ctx] : &cs->graph_fb[cs->long_ctx];
     if (!*g && capture(cs, s, id >= 0, g, e) != ENGINE_OK)
         return e->code;
     if (id >= 0) {

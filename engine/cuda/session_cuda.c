@@ -76,6 +76,10 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     while (splits < 16 && c->n_kv_heads * splits * 2 <= cs->lc.n_sms && splits * 2 * 16 <= s->n_ctx)
         splits *= 2;
     cs->n_splits = splits;
+    /* The streaming kernel's blocks are independent: about three a
+     * multiprocessor, at most 32 a kv head. */
+    const int per_head = (3 * cs->lc.n_sms + c->n_kv_heads - 1) / c->n_kv_heads;
+    cs->n_splits_long = per_head < 1 ? 1 : per_head > 32 ? 32 : per_head;
 
     engine_status st = ENGINE_OK;
     const uint64_t kvd = (uint64_t)c->n_kv_heads * c->head_dim;
@@ -182,10 +186,12 @@ void cuda_session_free(cuda_session *cs)
         return;
     if (cs->lc.stream)
         cudaStreamSynchronize(cs->lc.stream);
-    if (cs->graph)
-        cudaGraphExecDestroy(cs->graph);
-    if (cs->graph_fb)
-        cudaGraphExecDestroy(cs->graph_fb);
+    for (int i = 0; i < 2; i++) {
+        if (cs->graph[i])
+            cudaGraphExecDestroy(cs->graph[i]);
+        if (cs->graph_fb[i])
+            cudaGraphExecDestroy(cs->graph_fb[i]);
+    }
     for (int i = 0; i < 2; i++)
         if (cs->step_done[i])
             cudaEventDestroy(cs->step_done[i]);

@@ -81,6 +81,9 @@ struct cuda_model {
  */
 enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_COUNT = 3, STEP_RING = 4, STEP_INTS = 8 };
 _Static_assert(STEP_INTS == PLAN_STEP_INTS, "the planner sizes the step ints");
+/* Decode positions from which attention streams the cache (the staged
+ * kernel is faster below; bench/RESULTS.md, "Long contexts"). */
+#define ATTN_STREAM_FROM 4096
 #define CAND_MAX PLAN_CAND_MAX /* sampling candidates copied to the host at most */
 
 struct cuda_session {
@@ -122,9 +125,12 @@ struct cuda_session {
     int32_t *h_ids;       /* pinned host [n_batch]                       */
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
     int32_t *ring;        /* h_step + STEP_RING as the device sees it: decode's argmax writes it */
-    int n_splits;         /* decode attention splits                     */
-    cudaGraphExec_t graph;/* one decode step of a host token; NULL until first used */
-    cudaGraphExec_t graph_fb; /* one decode step of the device's last argmax */
+    int n_splits;         /* decode attention splits (the staged kernel)  */
+    int n_splits_long;    /* and the streaming kernel's, from ATTN_STREAM_FROM positions on */
+    bool long_ctx;        /* the step being launched or captured attends with the streaming kernel */
+    /* One decode step of a host token, and one of the device's last argmax,
+     * each [long_ctx]; NULL until first used. */
+    cudaGraphExec_t graph[2], graph_fb[2];
     uint64_t kv_bytes, act_bytes;
     /* Pipelined greedy decode (cuda_greedy_*): evaluations queued, not yet taken. */
     int q_n;              /* 0..2                                        */
