@@ -136,9 +136,11 @@ static json_t *gpu_trace(int n, const double *slow, int gpu_steps, int profiled,
     span(&g, 2, "prompt pass", "step", t, 95000);
     for (int l = 13; l < 32; l++)
         spanf(&g, 4, "copy", t + 30 + (l - 13) * 4100.0, 4100, "copy layer %d", l);
+    /* Untimed steps: the prompt's last layer as the device's clock places it, 50 us into the first step (its
+     * spans are placed from the host time the pass was enqueued): that step is still no GPU-timed one. */
     for (int l = 0; l < 32; l++)
-        spanf(&g, 3, "layer", l < 13 ? t + 40 + l * 300.0 : t + 4200 + (l - 13) * 4100.0, l < 13 ? 300 : 4000,
-              "layer %d", l);
+        spanf(&g, 3, "layer", l < 13 ? t + 40 + l * 300.0 : t + 4200 + (l - 13) * 4100.0,
+              l < 13 ? 300 : l == 31 && !gpu_steps ? 95150 - 78000 : 4000, "layer %d", l);
     t += 95100;
     counter2(&g, "KV cache positions", t, "filled", 512, "capacity", 4096);
     for (int i = 0; i < n; i++) {

@@ -199,12 +199,13 @@ int trace_overlaps(const span *s, double t0, double t1)
     return s->ts < t1 && s->ts + s->dur > t0;
 }
 
-/* Does [t0, t1) hold work of the device's tracks? */
+/* Does work of the device's tracks start in [t0, t1)? (Start, not overlap: the device's spans are placed from
+ * the host time their pass was enqueued, so a pass's last span may reach a little into the next step.) */
 static int has_gpu(const trace_data *d, double t0, double t1)
 {
     for (int i = 0; i < d->n_sp; i++) {
         const int k = d->tr[d->sp[i].track].kind;
-        if ((k == K_GPU || k == K_COPY) && trace_overlaps(&d->sp[i], t0, t1))
+        if ((k == K_GPU || k == K_COPY) && d->sp[i].ts >= t0 && d->sp[i].ts < t1)
             return 1;
     }
     return 0;
