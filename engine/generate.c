@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "trace.h"
 #ifdef ENGINE_HAVE_CUDA
 #include "cuda/backend.h"
 #endif
@@ -49,6 +50,8 @@ static int32_t sample_on_device(engine_session *s, engine_sampler *smp, engine_s
  */
 static engine_status greedy_next(engine_session *s, int32_t id, bool more, bool *queued, int32_t *next)
 {
+    const double t0 = trace_now(s->trace);
+    const int pos = s->n_past;
     engine_status st = *queued ? ENGINE_OK : cuda_greedy_queue(s, id, &s->err);
     *queued = false;
     if (!st && more && s->n_past + 1 < s->n_ctx && (st = cuda_greedy_queue(s, -1, &s->err)) == ENGINE_OK)
@@ -58,6 +61,16 @@ static engine_status greedy_next(engine_session *s, int32_t id, bool more, bool 
     if (st) {
         cuda_greedy_drop(s);
         *queued = false;
+    }
+    if (s->trace && !st) {
+        /* The host's view of the step, as session_eval records it elsewhere: from queueing the next step to
+         * taking this one's token. The steps overlap on the device (the next is queued before this one is
+         * waited for), so their spans are the host's, one after another on the session's track. */
+        const double t1 = trace_now(s->trace);
+        trace_span_args(s->trace, s->trace_tid, "decode step", -1, "step", t0, t1 - t0, "tokens", 1, "pos", pos);
+        const char *series[] = {"filled", "capacity"};
+        const double v[] = {s->n_past, s->n_ctx};
+        trace_counter(s->trace, "KV cache positions", t1, series, v, 2);
     }
     return st;
 }

@@ -2,11 +2,18 @@
  * host_layers.c: the CPU side of hosted layers in a decode step (see
  * host_layers.h): pinned vectors the step's copies read and write, and the
  * host nodes that run the two halves of forward_cpu.c's layer.
+ *
+ * With a trace attached to the session, each half is a span on a track of
+ * its own ("CPU, hosted layers"), timed on the host by the trace's clock
+ * (trace_now): unlike the device's work, which the streaming code places from
+ * CUDA events, the host nodes run on a CPU thread and can read the clock
+ * themselves, in every decode step (the graph's included).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdlib.h>
 
+#include "../trace.h"
 #include "host_layers.h"
 
 typedef struct host_job {
@@ -16,6 +23,7 @@ typedef struct host_job {
 
 struct host_layers {
     const engine_model *m;
+    const engine_session *s; /* read by the host nodes for its trace: a step's calls hold the session */
     k_ctx kc;
     float *x;      /* [dim] pinned and mapped: the residual while hosted layers run */
     float *qkv;    /* [(nh + 2*nkv) * hd] pinned and mapped               */
@@ -26,6 +34,12 @@ struct host_layers {
     float *hb2;    /* [ffn]                                               */
     host_job *jobs;/* [n_layers]                                          */
     double seconds;/* written by the host nodes, read after a sync        */
+    /* The trace the CPU track was made in and its id: made by the first host
+     * node that finds the session traced, so that an untraced session has no
+     * empty track, and again if the session moves to another trace. Only the
+     * host nodes touch these, one at a time (they run in stream order). */
+    engine_trace *trace;
+    int trace_tid;
 };
 
 engine_status host_layers_create(const engine_session *s, host_layers **out, err_buf *e)
@@ -40,6 +54,7 @@ engine_status host_layers_create(const engine_session *s, host_layers **out, err
     if (!h)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     h->m = m;
+    h->s = s;
     h->kc.n_threads = model_host_threads(m);
     h->kc.scratch_per_thread = k_matmul_scratch_floats((int)cols);
     h->kc.scratch = malloc((size_t)h->kc.n_threads * h->kc.scratch_per_thread * sizeof(float));
@@ -81,6 +96,19 @@ void host_layers_free(host_layers *h)
     free(h);
 }
 
+/* The trace a host node records into (NULL: none), its CPU track made on first use. */
+static engine_trace *node_trace(host_layers *h)
+{
+    engine_trace *t = h->s->trace;
+    if (!t)
+        h->trace = NULL; /* detached: a trace attached later, even at the same address, gets a new track */
+    else if (t != h->trace) {
+        h->trace_tid = trace_track(t, "CPU, hosted layers (track %d)");
+        h->trace = t;
+    }
+    return t;
+}
+
 /* Host nodes: each runs one half of the layer on the pinned vectors. */
 static void CUDART_CB run_before(void *p)
 {
@@ -88,18 +116,26 @@ static void CUDART_CB run_before(void *p)
     host_layers *h = j->h;
     const cfg_model *c = &h->m->cfg;
     const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-    const double t0 = model_seconds();
+    engine_trace *t = node_trace(h);
+    const double t0 = model_seconds(), us0 = trace_now(t);
     cpu_layer_qkv(h->m, &h->kc, j->layer, 1, h->x, h->xb, h->qkv, h->qkv + qd, h->qkv + qd + kvd, false);
     h->seconds += model_seconds() - t0;
+    if (t)
+        trace_span_args(t, h->trace_tid, "q/k/v of layer", j->layer, "host", us0, trace_now(t) - us0, NULL, 0, NULL,
+                        0);
 }
 
 static void CUDART_CB run_after(void *p)
 {
     const host_job *j = p;
     host_layers *h = j->h;
-    const double t0 = model_seconds();
+    engine_trace *t = node_trace(h);
+    const double t0 = model_seconds(), us0 = trace_now(t);
     cpu_layer_out(h->m, &h->kc, j->layer, 1, h->x, h->att, h->xb, h->hb, h->hb2);
     h->seconds += model_seconds() - t0;
+    if (t)
+        trace_span_args(t, h->trace_tid, "o + ffn of layer", j->layer, "host", us0, trace_now(t) - us0, NULL, 0, NULL,
+                        0);
 }
 
 static int host_node(launch_ctx *lc, cudaHostFn_t fn, host_job *j)
