@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# svg_to_png.sh: render an SVG (infer --svg's plan picture) to a PNG with
-# headless Chromium, to look at it as a browser shows it: labels that
-# overlap, text that runs out of the picture. Not part of CI (Chromium is
-# large); Debian: apt-get install chromium.
-#   tools/svg_to_png.sh PLAN.svg [OUT.png]     (default OUT: PLAN.png)
+# svg_to_png.sh: render an SVG (infer --svg's plan picture, --trace-svg's or
+# build/trace_svg's timeline) to a PNG with headless Chromium, to look at it
+# as a browser shows it: labels that overlap, text that runs out of the
+# picture. Not part of CI (Chromium is large); Debian: apt-get install chromium.
+#   tools/svg_to_png.sh PICTURE.svg [OUT.png]     (default OUT: PICTURE.png)
+# SCALE=2 renders at twice the size, to read small labels.
 # The window is the SVG's own width and height, read from its root element.
 set -euo pipefail
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  echo "usage: tools/svg_to_png.sh PLAN.svg [OUT.png]" >&2
+  echo "usage: tools/svg_to_png.sh PICTURE.svg [OUT.png]" >&2
   exit 2
 fi
 svg=$1
@@ -15,7 +16,7 @@ png=${2:-${svg%.svg}.png}
 [ -r "$svg" ] || { echo "svg_to_png: $svg: cannot read" >&2; exit 1; }
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 [ -n "$browser" ] || { echo "svg_to_png: no chromium (Debian: apt-get install chromium)" >&2; exit 1; }
-# The root element's width and height (infer writes them as plain numbers of px).
+# The root element's width and height (both writers give them as plain numbers of px).
 root=$(grep -m1 -o '<svg [^>]*>' "$svg")
 w=$(sed -n 's/.* width="\([0-9.]*\)".*/\1/p' <<<"$root")
 h=$(sed -n 's/.* height="\([0-9.]*\)".*/\1/p' <<<"$root")
