@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -255,6 +256,79 @@ static void test_fixture(const char *name, const char *cpu_only)
     engine_model_free(m);
 }
 
+static bool copy_file(const char *from, const char *to)
+{
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    char buf[65536];
+    size_t n;
+    bool ok = a && b;
+    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0)
+        ok = fwrite(buf, 1, n, b) == n;
+    if (a)
+        fclose(a);
+    if (b && fclose(b) != 0)
+        ok = false;
+    return ok;
+}
+
+/*
+ * Gemma 3's configs before transformers 5 carry sliding_window_pattern, not
+ * layer_types: gemma3_f32's layers (sliding, sliding, full, sliding) are
+ * the pattern 3, so its config with layer_types replaced by
+ * "sliding_window_pattern": 3 must give the reference, and with neither
+ * (the default 6: all four sliding) must not.
+ */
+static void test_window_pattern(void)
+{
+    if (test_device() == ENGINE_DEVICE_CUDA)
+        return; /* Gemma 3 runs on the CPU only */
+    char src[1024], dir[] = "/tmp/test_model_pattern_XXXXXX", path[1200], from[1200];
+    snprintf(src, sizeof src, "%s/models/gemma3_f32", getenv("ENGINE_TEST_DATA") ? getenv("ENGINE_TEST_DATA") : "tests/data");
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(from, sizeof from, "%s/model.safetensors", src);
+    CHECK(copy_file(from, path));
+    snprintf(from, sizeof from, "%s/reference.json", src);
+    json_error_t je;
+    json_t *ref = json_load_file(from, 0, &je);
+    snprintf(from, sizeof from, "%s/config.json", src);
+    json_t *cfg = json_load_file(from, 0, &je);
+    CHECK(ref && cfg);
+    for (int pattern = 3; ref && cfg && pattern >= 0; pattern -= 3) {
+        json_object_del(cfg, "layer_types");
+        if (pattern)
+            json_object_set_new(cfg, "sliding_window_pattern", json_integer(pattern));
+        else
+            json_object_del(cfg, "sliding_window_pattern");
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        CHECK(json_dump_file(cfg, path, 0) == 0);
+        engine_model *m = load(dir);
+        if (!m)
+            break;
+        int32_t prompt[64], gen[64];
+        const size_t np = json_ids(json_object_get(ref, "prompt_ids"), prompt, 64);
+        const size_t ng = json_ids(json_object_get(ref, "greedy_ids"), gen, 64);
+        engine_session *s = session(m, 64);
+        const float *logits = NULL;
+        if (pattern) {
+            check_greedy("gemma3_f32 (sliding_window_pattern 3)", s, 512, prompt, np,
+                         json_object_get(ref, "prompt_logits_last"), gen, ng, json_object_get(ref, "final_logits"),
+                         1e-4);
+        } else {
+            /* All four layers sliding: every position past the window of 8 differs. */
+            CHECK(engine_session_eval(s, prompt, np, &logits) == ENGINE_OK && logits);
+            const double e = logits ? logits_err(logits, json_object_get(ref, "prompt_logits_last"), 512) : 0.0;
+            CHECK_MSG(e > 1e-2, "gemma3_f32 with the default pattern: logits within %g of layer_types'", e);
+        }
+        engine_session_free(s);
+        engine_model_free(m);
+    }
+    json_decref(ref);
+    json_decref(cfg);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    CHECK(system(path) == 0);
+}
+
 static void test_session_limits(void)
 {
     char path[1024];
@@ -299,6 +373,7 @@ int main(void)
                     {"gemma3_f32", "Gemma 3"},  {"phi3_f32", "Phi-3"}};
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
         test_fixture(fixtures[i].name, fixtures[i].cpu_only);
+    test_window_pattern();
     test_session_limits();
     return test_finish("test_model");
 }
