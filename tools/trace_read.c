@@ -135,9 +135,11 @@ int trace_read(const json_t *root, trace_data *d, char *err, size_t n)
             return -1;
         }
         const int timed = !strcmp(ph, "X") || !strcmp(ph, "C");
-        if ((timed && (num(e, "ts", &ts) || ts < 0)) || num(e, "tid", &tid) ||
-            (!strcmp(ph, "X") && (num(e, "dur", &dur) || dur < 0))) {
-            snprintf(err, n, "not a trace-event file: event %zu (%.40s) lacks a ts, tid or dur", i, name);
+        /* Times up to 1e15 us (31 years) and tids that are ints: what the drawing computes with stays finite. */
+        if ((timed && (num(e, "ts", &ts) || ts < 0 || ts > 1e15)) || num(e, "tid", &tid) || fabs(tid) > 1e9 ||
+            (!strcmp(ph, "X") && (num(e, "dur", &dur) || dur < 0 || dur > 1e15))) {
+            snprintf(err, n, "not a trace-event file: event %zu (%.40s) lacks a ts, tid or dur, or one is out of range",
+                     i, name);
             return -1;
         }
         const json_t *args = json_object_get(e, "args");

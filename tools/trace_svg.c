@@ -51,20 +51,37 @@ typedef struct svg {
 
 enum { A_START, A_MIDDLE, A_END };
 
-/* XML-escaped text into out; returns the visible characters (UTF-8 lead bytes). */
+/* Text made safe for XML into out; returns the visible characters. Every string drawn passes here, so this is
+ * where a name cut short by a buffer (or any byte that is not UTF-8) is dropped: the output stays valid UTF-8,
+ * whole characters only. Control characters go too (XML 1.0 forbids them). */
 static int escape(const char *s, char *out, size_t n)
 {
     size_t len = 0;
     int chars = 0;
-    for (; *s && len + 7 < n; s++) {
-        const char *r = *s == '&' ? "&amp;" : *s == '<' ? "&lt;" : *s == '>' ? "&gt;" : *s == '"' ? "&quot;" : NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p && len + 8 < n) {
+        const unsigned char c = *p;
+        const int want = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        int have = want > 0;
+        for (int k = 1; k < want && have; k++)
+            have = (p[k] & 0xC0) == 0x80;
+        if (!have) { /* a stray continuation byte, an invalid lead, or a character cut short */
+            p++;
+            continue;
+        }
+        const char *r = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&quot;" : NULL;
         if (r) {
             memcpy(out + len, r, strlen(r));
             len += strlen(r);
-        } else if ((unsigned char)*s >= 0x20 || *s == '\t') {
-            out[len++] = *s;
+        } else if (c >= 0x20 || c == '\t') {
+            memcpy(out + len, p, (size_t)want);
+            len += (size_t)want;
+        } else {
+            p++;
+            continue;
         }
-        chars += ((unsigned char)*s & 0xC0) != 0x80;
+        chars++;
+        p += want;
     }
     out[len] = 0;
     return chars;
@@ -81,6 +98,24 @@ static double text_w_of(double size, int bold, const char *s)
     for (; *s; s++)
         chars += ((unsigned char)*s & 0xC0) != 0x80;
     return text_w(size, bold, chars);
+}
+
+/* Cut s (cap bytes), whole characters at a time, until it and a closing "..." fit in w px. */
+static void shorten_to(char *s, size_t cap, double size, int bold, double w)
+{
+    size_t n = strlen(s);
+    if (text_w_of(size, bold, s) <= w)
+        return;
+    while (n > 0) {
+        do /* one character back */
+            n--;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80);
+        s[n] = 0;
+        if (n + 4 <= cap && text_w_of(size, bold, s) + text_w(size, bold, 3) <= w)
+            break;
+    }
+    if (n + 4 <= cap)
+        strcat(s, "...");
 }
 
 static void note_box(svg *s, box b, const char *text)
@@ -133,9 +168,9 @@ static void text_at(svg *s, double x, double y, double size, int bold, const cha
 }
 
 /* Words wrapped to [x, RIGHT]; returns the baseline after the last line. */
-static double wrapped(svg *s, double x, double y, double size, const char *fill, const char *text)
+static double wrapped(svg *s, double x, double y, double size, int bold, const char *fill, const char *text)
 {
-    const int per_line = (int)((RIGHT - x) / (size * CHAR_EM));
+    const int per_line = (int)((RIGHT - x) / (size * (bold ? BOLD_EM : CHAR_EM)));
     const char *p = text;
     while (*p) {
         int n = (int)strlen(p);
@@ -143,10 +178,11 @@ static double wrapped(svg *s, double x, double y, double size, const char *fill,
             n = per_line;
             while (n > 0 && p[n] != ' ')
                 n--;
-            if (n == 0)
-                n = per_line;
+            if (n == 0) /* no space: cut at a character's start */
+                for (n = per_line; n > 1 && ((unsigned char)p[n] & 0xC0) == 0x80; n--)
+                    ;
         }
-        text_at(s, x, y, size, 0, fill, A_START, NULL, "%.*s", n, p);
+        text_at(s, x, y, size, bold, fill, A_START, NULL, "%.*s", n, p);
         y += size + 5;
         p += n;
         while (*p == ' ')
@@ -183,7 +219,8 @@ static const char *fmt_time(double us, char *buf, size_t n)
  * ten, labelled from t0 (label_origin 0) or in the run's time. */
 static void axis(svg *s, double y, double t0, double t1, double bottom)
 {
-    const double span_us = t1 - t0 > 0 ? t1 - t0 : 1.0, raw = span_us / 8;
+    /* At least a microsecond: a shorter window would ask for ticks finer than the labels can show. */
+    const double span_us = t1 - t0 > 1.0 ? t1 - t0 : 1.0, raw = span_us / 8;
     const double mag = pow(10.0, floor(log10(raw)));
     const double step = raw <= mag ? mag : raw <= 2 * mag ? 2 * mag : raw <= 5 * mag ? 5 * mag : 10 * mag;
     const double unit = span_us >= 2e6 ? 1e6 : span_us >= 2e3 ? 1e3 : 1.0;
@@ -191,7 +228,8 @@ static void axis(svg *s, double y, double t0, double t1, double bottom)
     const int dec = step / unit >= 1 ? 0 : (int)ceil(-log10(step / unit) - 1e-9);
     fprintf(s->f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>\n", PLOT_X0, y + 4, PLOT_X1,
             y + 4);
-    for (double t = 0; t <= span_us + 1e-9; t += step) {
+    for (int i = 0; i <= 12 && i * step <= span_us * (1 + 1e-9); i++) {
+        const double t = i * step;
         const double x = PLOT_X0 + (PLOT_X1 - PLOT_X0) * t / span_us;
         fprintf(s->f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", x, y + 4, x,
                 bottom);
@@ -237,8 +275,7 @@ static void track_name(svg *s, const track *t, double y)
     char *suffix = strstr(name, " (track ");
     if (suffix && suffix != name)
         *suffix = 0;
-    while (text_w_of(11, 0, name) > NAME_W && strlen(name) > 4)
-        memcpy(name + strlen(name) - 4, "...", 4);
+    shorten_to(name, sizeof name, 11, 0, NAME_W);
     text_at(s, LEFT, y, 11, 0, NULL, A_START, NULL, "%s", name);
 }
 
@@ -328,7 +365,7 @@ static int is_bytes(const counter *c, int si)
 
 static const char *fmt_value(const counter *c, int si, double v, char *buf, size_t n)
 {
-    if (is_bytes(c, si) && v >= 0)
+    if (is_bytes(c, si) && v >= 0 && v < 1.8e19) /* what a uint64_t holds */
         return engine_format_bytes((uint64_t)v, buf, n);
     snprintf(buf, n, "%.6g", v);
     return buf;
@@ -356,7 +393,9 @@ static double draw_counters(svg *s, const trace_data *d, double y, double t0, do
             double prev = -1;
             for (int i = 0; i < c->n; i++) {
                 const double x = PLOT_X0 + (c->ts[i] - t0) * scale;
-                const double v = y + CHART_H - 2 - (CHART_H - 4) * c->v[(size_t)i * MAX_SERIES + si] / top;
+                double frac = c->v[(size_t)i * MAX_SERIES + si] / top; /* below zero: drawn at zero */
+                frac = frac > 0 ? (frac < 1 ? frac : 1) : 0;
+                const double v = y + CHART_H - 2 - (CHART_H - 4) * frac;
                 if (prev >= 0)
                     fprintf(s->f, " %.2f,%.2f", x, prev);
                 fprintf(s->f, " %.2f,%.2f", x, v);
@@ -365,7 +404,7 @@ static double draw_counters(svg *s, const trace_data *d, double y, double t0, do
             fprintf(s->f, " %.2f,%.2f\"/>\n", PLOT_X1, prev);
         }
         /* The key: each series' largest value, with its exact value for the tests. */
-        double x = PLOT_X0;
+        double x = PLOT_X0, ky = y + CHART_H + 14;
         for (int si = 0; si < c->n_series; si++) {
             double most = -INFINITY;
             for (int i = 0; i < c->n; i++)
@@ -375,15 +414,18 @@ static double draw_counters(svg *s, const trace_data *d, double y, double t0, do
             escape(c->series[si], series, sizeof series);
             snprintf(attrs, sizeof attrs, "data-counter=\"%s\" data-series=\"%s\" data-max=\"%.17g\"", name,
                      series, most);
-            snprintf(lab, sizeof lab, "%s: up to %s", c->series[si], fmt_value(c, si, most, v, sizeof v));
+            snprintf(lab, sizeof lab, "%.120s: up to %s", c->series[si], fmt_value(c, si, most, v, sizeof v));
             const int limit = !strcmp(c->series[si], "capacity") || !strcmp(c->series[si], "budget");
+            if (x > PLOT_X0 && x + 18 + text_w_of(10, 0, lab) > RIGHT) /* on a line of its own */
+                x = PLOT_X0, ky += 15;
+            shorten_to(lab, sizeof lab, 10, 0, RIGHT - x - 18);
             fprintf(s->f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
-                    x, y + CHART_H + 10, x + 14, y + CHART_H + 10, limit ? "#888888" : palette[si % 4],
+                    x, ky - 4, x + 14, ky - 4, limit ? "#888888" : palette[si % 4],
                     limit ? " stroke-dasharray=\"4 2\"" : "");
-            text_at(s, x + 18, y + CHART_H + 14, 10, 0, NULL, A_START, attrs, "%s", lab);
+            text_at(s, x + 18, ky, 10, 0, NULL, A_START, attrs, "%s", lab);
             x += 18 + text_w_of(10, 0, lab) + 18;
         }
-        y += CHART_H + 25;
+        y = ky + 11;
     }
     return y;
 }
@@ -440,39 +482,32 @@ static double draw_caption(svg *s, const trace_data *d, double y, const char *so
     if (rest)
         *rest++ = 0;
     const char *base = strrchr(model, '/') && strrchr(model, '/')[1] ? strrchr(model, '/') + 1 : model;
-    char title[96], whole[400];
-    snprintf(title, sizeof title, "%.90s", base[0] ? base : "a run");
+    char whole[400];
     meta_str(d, "device", buf, sizeof buf);
-    for (;;) { /* the name shortened until the line fits */
-        snprintf(whole, sizeof whole, "Trace of %s, %s on %.200s", title, fmt_time(d->t_end, tb, sizeof tb),
-                 buf[0] ? buf : "?");
-        if (text_w_of(18, 1, whole) <= RIGHT - LEFT || strlen(title) <= 4)
-            break;
-        memcpy(title + strlen(title) - 4, "...", 4);
-    }
+    snprintf(whole, sizeof whole, "Trace of %.90s, %s on %.200s", base[0] ? base : "a run",
+             fmt_time(d->t_end, tb, sizeof tb), buf[0] ? buf : "?");
+    shorten_to(whole, sizeof whole, 18, 1, RIGHT - LEFT);
     text_at(s, LEFT, y, 18, 1, NULL, A_START, NULL, "%s", whole);
     y += 21;
-    if (note && note[0]) {
-        text_at(s, LEFT, y, 12, 1, "#c03030", A_START, NULL, "%.150s", note);
-        y += 18;
-    }
+    if (note && note[0])
+        y = wrapped(s, LEFT, y, 12, 1, "#c03030", note) + 1;
     const char *keys[] = {"plan", "budget"};
     char line[1400];
     if (rest) {
         snprintf(line, sizeof line, "model: %s %s", model, rest);
-        y = wrapped(s, LEFT, y, 12, NULL, line);
+        y = wrapped(s, LEFT, y, 12, 0, NULL, line);
     }
     for (size_t i = 0; i < 2; i++)
         if (meta_str(d, keys[i], buf, sizeof buf)[0]) {
             snprintf(line, sizeof line, "%s: %s", keys[i], buf);
-            y = wrapped(s, LEFT, y, 12, NULL, line);
+            y = wrapped(s, LEFT, y, 12, 0, NULL, line);
         }
     int samples = 0;
     for (int i = 0; i < d->n_ct; i++)
         samples += d->ct[i].n;
     snprintf(line, sizeof line, "%d spans on %d tracks, %d counter samples%s%s; open the JSON in ui.perfetto.dev to "
              "explore it", d->n_sp, d->n_tr, samples, source ? " from " : "", source ? source : "");
-    y = wrapped(s, LEFT, y, 11, C_GREY, line);
+    y = wrapped(s, LEFT, y, 11, 0, C_GREY, line);
     return y + 8;
 }
 
@@ -526,7 +561,7 @@ int trace_svg_write(FILE *f, const json_t *root, const char *source, const char 
         snprintf(line, sizeof line, "%s %d of the run's %d %s, at %s: the median by wall time of those after the "
                  "first %d. Each track's busy time in the window is on its right.",
                  z.step ? z.step->name : "pass", z.index, z.count, z.what, fmt_time(z.t0, tb2, sizeof tb2), z.skipped);
-        y = wrapped(&s, LEFT, y, 11, C_GREY, line) + 8;
+        y = wrapped(&s, LEFT, y, 11, 0, C_GREY, line) + 8;
         const double rows1 = y + 6;
         axis(&s, y, z.t0, z.t1, y + 6);
         y = draw_rows(&s, &d, rows1, z.t0, z.t1, 1);
@@ -542,7 +577,7 @@ int trace_svg_write(FILE *f, const json_t *root, const char *source, const char 
                      "behind compute",
                      fmt_time(c, tb, sizeof tb), fmt_time(trace_busy(&d, gpu, z.t0, z.t1), tb2, sizeof tb2),
                      fmt_time(both, tb3, sizeof tb3), c > 0 ? 100.0 * both / c : 0.0);
-            y = wrapped(&s, LEFT, y + 12, 12, NULL, line);
+            y = wrapped(&s, LEFT, y + 12, 12, 0, NULL, line);
         }
     }
     const double height = y + 10;

@@ -7,7 +7,7 @@
 #   FUZZ_SECONDS  time per target (default 60; 0 builds them only)
 #   FUZZ_BUILD    build folder (default build-fuzz)
 #   FUZZ_OUT      where new corpus entries and crashing inputs go (default $FUZZ_BUILD/out)
-#   FUZZ_TARGETS  which targets (default all eight)
+#   FUZZ_TARGETS  which targets (default all nine)
 #   FUZZ_JOBS     build parallelism (default nproc)
 #   FUZZ_PARALLEL targets run at once (default nproc)
 set -euo pipefail
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 BUILD=${FUZZ_BUILD:-build-fuzz}
 OUT=${FUZZ_OUT:-$BUILD/out}
-TARGETS=${FUZZ_TARGETS:-fuzz_safetensors fuzz_st_index fuzz_config fuzz_tok_config fuzz_tokenizer_load fuzz_tokenize fuzz_model fuzz_jinja}
+TARGETS=${FUZZ_TARGETS:-fuzz_safetensors fuzz_st_index fuzz_config fuzz_tok_config fuzz_tokenizer_load fuzz_tokenize fuzz_model fuzz_jinja fuzz_trace_svg}
 
 cmake -S . -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENGINE_CUDA=OFF \
   -DENGINE_WERROR=ON -DENGINE_FUZZ=ON -DENGINE_SANITIZE=address,undefined >/dev/null
