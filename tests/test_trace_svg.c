@@ -257,7 +257,7 @@ static void test_profiled_passes(void)
     char *text = draw("gpu-profiled.svg", root, NULL, &st);
     CHECK_MSG(st.zoom_event == -1, "zoomed event %d: want a pass the GPU timed alone", st.zoom_event);
     CHECK(strstr(text, "One pass the GPU timed, zoomed") != NULL);
-    CHECK(strstr(text, "pass 2 of the run's 3 passes timed on the GPU alone") != NULL);
+    CHECK(strstr(text, "pass 2 of the run's 3 passes timed on the GPU with no host span") != NULL);
     CHECK(count(text, "class=\"step\"") == N + 1);
     CHECK(count(text, "data-name=\"layer 31\"") == 1);
     free(text);

@@ -228,9 +228,10 @@ static int cmp_window_dur(const void *a, const void *b)
 /*
  * The step drawn zoomed: among the decode steps (those with the device's
  * spans in them when there are any; else the passes the GPU timed with no
- * host span, --report's profiled decode steps; else every decode step; else
- * the prompt passes), the first few left out (warming up), the median by
- * wall time. Its window reaches to the end of the device's work in it.
+ * host span, as --report's profiled decode steps are; else every decode
+ * step; else the prompt passes), the first few left out (warming up), the
+ * median by wall time. Its window reaches to the end of the device's work
+ * in it.
  */
 int trace_pick_zoom(const trace_data *d, zoom *z)
 {
@@ -260,7 +261,9 @@ int trace_pick_zoom(const trace_data *d, zoom *z)
                     w[kept++] = w[j];
             }
             n = kept;
-            z->what = "passes timed on the GPU alone (--report's profiled decode steps)";
+            /* No host span says what they were: --report's profiled decode steps, or perplexity's windows on a
+             * GPU, whose passes record none. */
+            z->what = "passes timed on the GPU with no host span (--report's decode steps, perplexity's windows)";
             continue;
         }
         const char *want = kinds[pass == 3];
