@@ -41,6 +41,7 @@ typedef struct {
 
 static void kv_make(test_kv *t, k_kv_type type, int n_pos, int nkv, int hd)
 {
+    *t = (test_kv){0}; /* h.ring 0: a whole cache (the ring tests set it after) */
     t->rows = (size_t)n_pos * nkv;
     t->hd = hd;
     t->h.type = type;
