@@ -74,8 +74,9 @@ __device__ __forceinline__ void post_out_max(unsigned *out_max, float omx)
  * then sets the counter back to zero for the next launch. wt: shared
  * memory for G x splits weights.
  */
-static __device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, int split, int splits, int kvh, int G,
-                                          int hd, const float *os, const float *ms, const float *ls, float *wt)
+static __device__ __noinline__ void merge_global(float *out, const rope_qkv_args &a, int split, int splits, int kvh,
+                                                 int G, int hd, const float *os, const float *ms, const float *ls,
+                                                 float *wt)
 {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = DEC_THREADS / 32, n_out = G * hd;
     if (splits == 1) { /* nothing to merge: the output is the accumulator over the sum */

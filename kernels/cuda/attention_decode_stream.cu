@@ -23,17 +23,20 @@
  * It serves head_dim 64, 128 and 256 and groups of 1, 2, 4 or 8 q heads,
  * 16-bit and 8-bit caches; launch_attention_decode_stream hands anything
  * else to the staged kernel.
+ *
+ * Measured (attn_decode, the 8B's shape at depth 32,768, NVIDIA H200,
+ * 2026-11-28): 32 splits read an f16 cache at 1,965 GB/s and an int8 one
+ * at 981, against the staged kernel's 894-1,003 and 345-417. Left to the
+ * compiler (162 registers, one block a multiprocessor) it read 1,508 and
+ * 767. It is slower than the staged kernel below about 4,096 keys (at
+ * 2,048: 20.8 against 13.7 us a launch), hence the engine's switch.
  */
 #include "attention_decode.cuh"
 
 #define DS_WARPS (DEC_THREADS / 32)
 #define DS_EL 8     /* elements of a row per lane */
-#ifndef DS_UNROLL
-#define DS_UNROLL 4 /* steps whose rows are in flight before the first is used */
-#endif
-#ifndef DS_MINB
-#define DS_MINB 2 /* blocks a multiprocessor holds at least (groups up to 4): 128 registers a thread */
-#endif
+#define DS_UNROLL 4 /* steps whose rows are in flight before the first is used (2: 1-2% slower) */
+#define DS_MINB 2   /* blocks a multiprocessor holds at least (groups up to 4): 128 registers a thread */
 #define DS_SPLIT_KEYS 128 /* keys a split takes at least (bar the last) */
 
 /* DS_EL elements of T: 16 bytes of 16-bit elements, 8 of 8-bit ones. */
@@ -72,7 +75,8 @@ template <typename T> __device__ __forceinline__ typename ds_vec<T>::type load_v
 }
 
 template <typename T, int G>
-__global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1) k_attention_decode_stream(float *out, rope_qkv_args a, int window)
+__global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
+    k_attention_decode_stream(float *out, rope_qkv_args a, int window)
 {
     typedef typename ds_vec<T>::type vec;
     constexpr bool QUANT = kv_quant<T>();
@@ -323,8 +327,8 @@ extern "C" int launch_attention_decode_stream(launch_ctx *c, const rope_qkv_args
     if (!out || !a->qkv || !a->k_cache || !a->v_cache || !a->pos0 || !a->cos || !a->sin || a->n != 1 ||
         (!a->q_norm) != (!a->k_norm) || n_splits < 1 || n_splits > DEC_PART_SPLITS || !a->part || !a->count ||
         (k_kv_has_scales(a->kvt) && (!a->k_scale || !a->v_scale)))
-        return launch_fail(c, "attention_decode_stream: bad arguments (n %d, heads %d/%d, head_dim %d, %d splits)", a->n,
-                           a->n_heads, a->n_kv_heads, a->head_dim, n_splits);
+        return launch_fail(c, "attention_decode_stream: bad arguments (n %d, heads %d/%d, head_dim %d, %d splits)",
+                           a->n, a->n_heads, a->n_kv_heads, a->head_dim, n_splits);
     switch (a->kvt) {
     case K_KV_F16: return run_stream_g<__half>(c, out, a, window, n_splits);
     case K_KV_BF16: return run_stream_g<__nv_bfloat16>(c, out, a, window, n_splits);
