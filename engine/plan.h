@@ -70,6 +70,8 @@ typedef struct plan_session_bufs {
     void *logits;    /* [vocab] f32                             */
     void *rope_cos;  /* [n_ctx, hd / 2] f32                     */
     void *rope_sin;  /* [n_ctx, hd / 2] f32                     */
+    void *rope_cos_local; /* [n_ctx, hd / 2] f32 sliding layers' own (cfg.rope_local_theta > 0); else NULL */
+    void *rope_sin_local;
     void *argmax_scratch;
     void *deq;       /* [deq_elems] wt: a quantized matrix decoded for prefill */
     void *ids;       /* [n_batch] int32                         */

@@ -230,11 +230,12 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
     b.logits = carve(base, &off, (uint64_t)c->vocab_size * sizeof(float), PLAN_ALIGN);
     b.rope_cos = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
     b.rope_sin = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
-    /* Gemma 3's sliding layers rotate by tables of their own (cos and sin):
-     * counted here so that the plan holds them; the CUDA session does not
-     * run Gemma 3 yet and so names no buffer for them. */
-    if (c->rope_local_theta > 0.0)
-        carve(base, &off, 2 * ctx * half * sizeof(float), PLAN_ALIGN);
+    /* Gemma 3's sliding layers rotate by tables of their own. */
+    b.rope_cos_local = b.rope_sin_local = NULL;
+    if (c->rope_local_theta > 0.0) {
+        b.rope_cos_local = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
+        b.rope_sin_local = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
+    }
     b.argmax_scratch = carve(base, &off, argmax_bytes, PLAN_ALIGN);
     b.deq = carve(base, &off, deq_elems * ws, PLAN_ALIGN);
     b.ids = carve(base, &off, nb * sizeof(int32_t), PLAN_ALIGN);

@@ -87,11 +87,40 @@ int launch_fail(launch_ctx *c, const char *fmt, ...)
 /* 0, or launch_fail with the pending launch error of `op`. */
 int launch_check(launch_ctx *c, const char *op);
 
-/* x[t, :] = row ids[t] of emb [vocab, dim] (wt) as fp32, for t < n. ids on the device. */
-int launch_embed(launch_ctx *c, float *x, const void *emb, k_dtype wt, const int32_t *ids, int n, int dim);
+/* x[t, :] = row ids[t] of emb [vocab, dim] (wt) as fp32, times mult (the
+ * architecture's embedding scale; 1 for most), for t < n. ids on the device. */
+int launch_embed(launch_ctx *c, float *x, const void *emb, k_dtype wt, const int32_t *ids, int n, int dim,
+                 float mult);
 
-/* y[n, dim] (yt) = x[n, dim] / rms(x) * w[dim]; fp32 in, any type out. In place allowed when yt is K_F32. */
+/* y[n, dim] (yt) = x[n, dim] / rms(x) * w[dim]; fp32 in, any type out. In place allowed when yt is K_F32.
+ * w NULL: y = x in yt, not normed (OLMo 2's blocks read the residual stream as it is). A norm that scales
+ * by (1 + w) (Gemma) has its weights uploaded as 1 + w, so every norm here multiplies by w. */
 int launch_rmsnorm(launch_ctx *c, void *y, k_dtype yt, const float *x, const float *w, int n, int dim, float eps);
+
+/*
+ * A block's output y[n, dim] joins the residual stream x[n, dim]:
+ * x += mult * rmsnorm(y) * w, or x += mult * y where w is NULL (OLMo 2's
+ * and Gemma's norms on the blocks' outputs, Granite's
+ * residual_multiplier). y may be overwritten.
+ */
+int launch_residual_add(launch_ctx *c, float *x, float *y, const float *w, int n, int dim, float eps, float mult);
+
+/*
+ * The head's logits x[n] in place: x *= mult (Granite's 1 / logits_scaling),
+ * then x = cap * tanh(x / cap) where cap > 0 (Gemma 2's final soft-capping).
+ */
+int launch_logits_scale(launch_ctx *c, float *x, long n, float mult, float cap);
+
+/*
+ * OLMo 2's q/k norms, over each token's whole projection rather than per
+ * head: in qkv [n, (nh + 2*nkv) * hd] in place, the bias [(nh + 2*nkv) * hd]
+ * (NULL: none) is added to every part, then the q part [nh*hd] is
+ * RMS-normed and scaled by q_norm [nh*hd], the k part [nkv*hd] by
+ * k_norm [nkv*hd]. What follows (rope_qkv, decode attention) then takes
+ * no bias and no per-head norm.
+ */
+int launch_qk_norm_whole(launch_ctx *c, float *qkv, const float *bias, const float *q_norm, const float *k_norm,
+                         int n, int n_heads, int n_kv_heads, int head_dim, float eps);
 
 /* y[t, j] += b[j] for t < n, j < cols. */
 int launch_bias_add(launch_ctx *c, float *y, const float *b, int n, int cols);
@@ -105,7 +134,9 @@ int launch_copy_f32(launch_ctx *c, float *y, const float *x, int n);
  * it (q heads, then k heads, then v heads); per token:
  *   1. bias [(nh + 2*nkv) * hd] added when not NULL;
  *   2. per-head RMSNorm of q and k with q_norm/k_norm [hd] when not NULL;
- *   3. RoPE, rotate-half (pairs i, i + hd/2), from tables cos/sin [n_ctx, hd/2];
+ *   3. RoPE, rotate-half, of the first rot = rotary_dim elements (0: all
+ *      hd; pairs i, i + rot/2; the rest pass unrotated, Phi-3's partial
+ *      rotary), from tables cos/sin [n_ctx, rot/2];
  *   4. q written to q_out [n, nh*hd] fp32; k and v written into the cache
  *      rows of positions *pos0 + t of k_cache/v_cache [rows, nkv*hd] (type
  *      kvt; int8 and fp8 rows with their scales in k_scale/v_scale
@@ -125,6 +156,12 @@ typedef struct rope_qkv_args {
     int ring;          /* the cache's rows when it is a ring (position p at row p % ring), 0: p at row p */
     const int *pos0;
     int n, n_heads, n_kv_heads, head_dim;
+    int rotary_dim;    /* leading elements of a head RoPE rotates; 0: head_dim */
+    /* Decode attention only (launch_rope_qkv ignores them): the score
+     * scale, 0 for 1/sqrt(head_dim) (Granite's attention_multiplier,
+     * Gemma's query_pre_attn_scalar^-1/2), and the soft cap of the scaled
+     * scores, cap * tanh(s / cap) before the softmax, 0 for none (Gemma 2). */
+    float score_scale, softcap;
     /* Decode attention's portable merge: partial results [n_kv_heads * 32 *
      * (G * hd + 2 * G)] (G = n_heads / n_kv_heads), and a counter per kv
      * head, zero before the first launch (each launch leaves them zero). */
@@ -177,9 +214,16 @@ bool attention_decode_stream_serves(k_kv_type kvt, int n_heads, int n_kv_heads, 
 int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
                              const void *v_cache, const float *k_scale, const float *v_scale, k_kv_type kvt, int n,
                              int pos0, int n_heads, int n_kv_heads, int head_dim, int window, int ring);
+/* The same with the score scale (0: 1/sqrt(head_dim)) and soft cap (0: none) of rope_qkv_args. */
+int launch_attention_prefill_ex(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
+                                const void *v_cache, const float *k_scale, const float *v_scale, k_kv_type kvt, int n,
+                                int pos0, int n_heads, int n_kv_heads, int head_dim, int window, int ring,
+                                float score_scale, float softcap);
 
 /* h[n, ffn] (ht) = silu(gu[t, j]) * gu[t, ffn + j]; gu [n, 2*ffn] fp32 (gate then up per row). */
 int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, int ffn);
+/* The same with tanh-approximated GELU in place of SiLU (GeGLU, Gemma). */
+int launch_geglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, int ffn);
 
 /*
  * *out = index of the largest of x[n] (the lowest index among equals);
@@ -187,7 +231,8 @@ int launch_swiglu(launch_ctx *c, void *h, k_dtype ht, const float *gu, int n, in
  * launch (each launch leaves it so). With feed (may be NULL), also
  * ring[*pos & 1] = *token = that index, then ++*pos: the next decode step's
  * input, written on the device (ring may be mapped host memory). Where
- * feed->x is set, x[dim] also gets that token's row of emb (emb_t), and
+ * feed->x is set, x[dim] also gets that token's row of emb (emb_t) times
+ * emb_mult (> 0, as launch_embed's mult), and
  * zero[n_zero] is cleared: what a decode step does first. Launched as a
  * programmatic dependent of the kernel before it.
  */
@@ -198,6 +243,7 @@ typedef struct argmax_feed {
     float *x;       /* [dim], or NULL */
     const void *emb;
     k_dtype emb_t;
+    float emb_mult; /* > 0 where x is set */
     int dim;
     uint32_t *zero; /* [n_zero] */
     int n_zero;
@@ -258,6 +304,7 @@ typedef struct gemv_args {
     const float *norm;   /* [cols], GEMV_IN_RMSNORM                 */
     float eps;
     bool glu_out;        /* rows = 2*h (gate rows, then up rows): y[h] = silu(gate + b) * (up + b) */
+    bool gelu;           /* with glu_out: tanh GELU in place of SiLU (GeGLU, Gemma) */
     /* Decode's chain of products: the kernel that wrote x may leave
      * max |x * norm| (|x| without RMSNorm) as float bits in *x_max, which
      * spares this kernel a pass over x and a block reduction; NULL: found

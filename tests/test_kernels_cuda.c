@@ -25,7 +25,7 @@ static void test_embed(launch_ctx *lc)
         int32_t ids[7] = {0, 999, 5, 5, 123, 1, 998};
         int32_t *did = dev_from(ids, sizeof ids);
         float *dx = dev_alloc((size_t)n * dim * sizeof(float));
-        CHECK_MSG(launch_embed(lc, dx, d, t, did, n, dim) == 0, "%s", lc->err);
+        CHECK_MSG(launch_embed(lc, dx, d, t, did, n, dim, 1.0f) == 0, "%s", lc->err);
         float *got = host_f32(dx, K_F32, (size_t)n * dim), *ref = malloc((size_t)n * dim * sizeof *ref);
         k_ctx kc = cpu_ctx(dim);
         k_weight w = {h, t, vocab, dim};

@@ -8,6 +8,13 @@
  *   SwiGLU and the residual add into the product, flash-decoding attention,
  *   and an argmax, all captured once into a CUDA graph and replayed per
  *   token: the host launches one graph and waits once.
+ * The architecture's row adds steps where it needs them (forward_cpu.c's,
+ * in the same places): no input norm and post norms (OLMo 2), sandwich
+ * norms (Gemma), Granite's multipliers (embed, residual_add, the score
+ * scale, logits_scale), Gemma's embedding scale, GeGLU, score and logit
+ * soft-capping and local RoPE, OLMo 2's whole-projection q/k norms
+ * (qk_norm_whole), Phi-3's partial rotary. Gemma's (1 + w) norms are in
+ * the weights (cuda_layer).
  * Positions and token ids live in device memory (cs->step), written by one
  * copy at the head of the step, so the graph never changes. A second graph
  * without that copy takes the token and position the previous step's
@@ -54,20 +61,60 @@ static float *layer_scales(const engine_session *s, float *scales, int layer)
     return scales ? scales + (size_t)model_kv_row0(c, layer, s->n_ctx, s->kv_ring) * c->n_kv_heads : NULL;
 }
 
+/*
+ * What the rope step (and decode attention, which does it itself) takes for
+ * a layer. With OLMo 2's whole-projection q/k norms, qk_prepare has already
+ * added the bias and normed q and k, so neither is left to it. Gemma 3's
+ * sliding layers rotate by tables of their own.
+ */
 static rope_qkv_args rope_args(cuda_session *cs, const engine_session *s, int layer, int n)
 {
-    const cfg_model *c = &s->model->cfg;
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
     const cuda_layer *D = &cs->layers[layer];
+    const bool whole = m->arch->qk_norm == QK_WHOLE, local = window_of(m, layer) > 0 && cs->rope_cos_local;
     rope_qkv_args a = {
-        .qkv = cs->qkv, .bias = D->b_qkv, .q_norm = D->q_norm, .k_norm = D->k_norm, .eps = (float)c->rms_eps,
-        .cos = cs->rope_cos, .sin = cs->rope_sin, .q_out = cs->q,
+        .qkv = cs->qkv, .bias = whole ? NULL : D->b_qkv, .q_norm = whole ? NULL : D->q_norm,
+        .k_norm = whole ? NULL : D->k_norm, .eps = (float)c->rms_eps,
+        .cos = local ? cs->rope_cos_local : cs->rope_cos, .sin = local ? cs->rope_sin_local : cs->rope_sin,
+        .q_out = cs->q,
         .k_cache = layer_cache(cs, s, cs->k_cache, layer), .v_cache = layer_cache(cs, s, cs->v_cache, layer),
         .k_scale = layer_scales(s, cs->k_scale, layer), .v_scale = layer_scales(s, cs->v_scale, layer),
         .kvt = cs->kvt, .ring = ring_of(s, layer), .pos0 = cs->step + STEP_POS, .n = n,
-        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .rotary_dim = c->rotary_dim,
+        .score_scale = (float)c->attention_multiplier, .softcap = (float)c->attn_softcap,
         .part = cs->attn_part, .count = cs->attn_count,
     };
     return a;
+}
+
+/* OLMo 2's q/k norms over each token's whole projection, before the rope step (rope_args leaves them out). */
+static int qk_prepare(cuda_session *cs, const engine_session *s, int layer, int n)
+{
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
+    const cuda_layer *D = &cs->layers[layer];
+    if (m->arch->qk_norm != QK_WHOLE)
+        return 0;
+    return launch_qk_norm_whole(&cs->lc, cs->qkv, D->b_qkv, D->q_norm, D->k_norm, n, c->n_heads, c->n_kv_heads,
+                                c->head_dim, (float)c->rms_eps);
+}
+
+/* A block's output y[n, dim] into x where the products could not add it themselves (cuda_unfolded). */
+static int residual(cuda_session *cs, const engine_session *s, float *y, const float *post_norm, int n)
+{
+    const cfg_model *c = &s->model->cfg;
+    return launch_residual_add(&cs->lc, cs->x, y, post_norm, n, c->dim, (float)c->rms_eps,
+                               (float)c->residual_multiplier);
+}
+
+/* Granite's logits_scaling and Gemma 2's final soft cap on n logits; nothing for the others. */
+static int scale_logits(cuda_session *cs, const engine_session *s, float *logits, long n)
+{
+    const cfg_model *c = &s->model->cfg;
+    if (c->logits_scaling == 1.0 && c->final_softcap <= 0.0)
+        return 0;
+    return launch_logits_scale(&cs->lc, logits, n, (float)(1.0 / c->logits_scaling), (float)c->final_softcap);
 }
 
 /* The matrix fields of a product's arguments. */
@@ -115,7 +162,9 @@ static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *
  */
 static uint32_t *max_slot(cuda_session *cs, int l, int k, const cuda_mat *reader)
 {
-    if ((reader->t != K_NF4 && reader->t != K_FP4) || (k == 0 && (l == 0 || stream_hosted(cs, l - 1))))
+    /* Unfolded blocks' outputs reach x through residual_add, which posts no maximum; nor does logits_scale. */
+    if ((reader->t != K_NF4 && reader->t != K_FP4) || (k == 0 && (l == 0 || stream_hosted(cs, l - 1))) ||
+        cs->unfolded)
         return NULL;
     return cs->in_max + 4 * (size_t)l + k;
 }
@@ -155,6 +204,7 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
         TRY(launch_gemv(lc, &g));
         TRY(stream_head_done(cs, b));
     }
+    TRY(scale_logits(cs, s, cs->logits, c->vocab_size));
     /* A decode step leaves the next one's input: the token embedded, the maxima zeroed, the ring in host memory. */
     const argmax_feed f = {.token = cs->step + STEP_TOKEN,
                            .pos = cs->step + STEP_POS,
@@ -162,6 +212,7 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
                            .x = cs->x,
                            .emb = cs->cm->tok_emb,
                            .emb_t = cs->cm->emb_t,
+                           .emb_mult = (float)c->embedding_multiplier,
                            .dim = c->dim,
                            .zero = cs->in_max,
                            .n_zero = any_max_slot(cs, c->n_layers) ? PLAN_IN_MAX_SLOTS(c->n_layers) : 0};
@@ -200,7 +251,8 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
             cudaMemsetAsync(cs->in_max, 0, PLAN_IN_MAX_SLOTS(c->n_layers) * sizeof(uint32_t), lc->stream) !=
                 cudaSuccess)
             return launch_fail(lc, "decode: clearing the input maxima: %s", cudaGetErrorString(cudaGetLastError()));
-        TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, cs->cm->emb_t, cs->step + STEP_TOKEN, 1, dim));
+        TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, cs->cm->emb_t, cs->step + STEP_TOKEN, 1, dim,
+                         (float)c->embedding_multiplier));
     }
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
@@ -213,32 +265,43 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         if (stream_hosted(cs, l)) { /* the CPU's products around the GPU's attention */
             const bool next = l + 1 < c->n_layers && stream_hosted(cs, l + 1);
             TRY(host_layer_before(cs->host, lc, l, cs->x, cs->qkv, l == 0 || !stream_hosted(cs, l - 1)));
+            TRY(qk_prepare(cs, s, l, 1));
             TRY(attend(cs, s, &ra, l));
             TRY(host_layer_after(cs->host, lc, l, cs->att, cs->x, !next));
             TRY(stream_after_layer(cs, l));
             continue;
         }
-        gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = GEMV_IN_RMSNORM, .x = cs->x,
-                         .norm = D->attn_norm, .eps = eps, .x_max = max_slot(cs, l, 0, &D->wqkv)};
+        /* Unfolded (cuda_unfolded): the attention output to gu[0, dim), the down projection's to
+         * gu[ffn, ffn + dim) (it reads gu[0, ffn)), each then added by residual(). */
+        const bool unf = cs->unfolded;
+        float *o_out = unf ? cs->gu : cs->x, *down_out = unf ? cs->gu + c->ffn_dim : cs->x;
+        gemv_args qkv = {.y = cs->qkv, .rows = qkvd, .cols = dim, .in = D->attn_norm ? GEMV_IN_RMSNORM : GEMV_IN_F32,
+                         .x = cs->x, .norm = D->attn_norm, .eps = eps, .x_max = max_slot(cs, l, 0, &D->wqkv)};
         set_mat(&qkv, &D->wqkv);
         TRY(launch_gemv(lc, &qkv));
+        TRY(qk_prepare(cs, s, l, 1));
         ra.out_max = max_slot(cs, l, 1, &D->wo);
         TRY(attend(cs, s, &ra, l));
-        gemv_args o = {.y = cs->x, .accumulate = true, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
+        gemv_args o = {.y = o_out, .accumulate = !unf, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
                        .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),
                        .y_max_norm = D->ffn_norm};
         set_mat(&o, &D->wo);
         TRY(launch_gemv(lc, &o));
-        gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu, .in = GEMV_IN_RMSNORM,
-                        .x = cs->x, .norm = D->ffn_norm, .eps = eps, .glu_out = true, .x_max = o.y_max,
+        if (unf)
+            TRY(residual(cs, s, o_out, D->attn_post_norm, 1));
+        gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu,
+                        .in = D->ffn_norm ? GEMV_IN_RMSNORM : GEMV_IN_F32, .x = cs->x, .norm = D->ffn_norm,
+                        .eps = eps, .glu_out = true, .gelu = c->act == CFG_ACT_GELU_TANH, .x_max = o.y_max,
                         .y_max = max_slot(cs, l, 3, &D->w_down)};
         set_mat(&gu, &D->w_gu);
         TRY(launch_gemv(lc, &gu));
-        gemv_args down = {.y = cs->x, .accumulate = true, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
+        gemv_args down = {.y = down_out, .accumulate = !unf, .rows = dim, .cols = c->ffn_dim, .bias = D->b_down,
                           .in = GEMV_IN_F32, .x = cs->gu, .x_max = gu.y_max, .y_max = max_slot(cs, l + 1, 0, reader),
                           .y_max_norm = next_norm};
         set_mat(&down, &D->w_down);
         TRY(launch_gemv(lc, &down));
+        if (unf)
+            TRY(residual(cs, s, down_out, D->ffn_post_norm, 1));
         TRY(stream_after_layer(cs, l));
     }
     TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
@@ -263,27 +326,40 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
     const float eps = (float)c->rms_eps;
 
     TRY(stream_begin(cs, s, n, true, false));
-    TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, cs->cm->emb_t, cs->ids, n, dim));
+    TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, cs->cm->emb_t, cs->ids, n, dim, (float)c->embedding_multiplier));
+    /* Unfolded (cuda_unfolded): the attention output and the down projection's to gu (free then: the
+     * gate/up values are written after the first and read, as act, before the second), then residual(). */
+    const bool unf = cs->unfolded;
+    float *out = unf ? cs->gu : cs->x;
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
         TRY(stream_before_layer(cs, l));
-        TRY(launch_rmsnorm(lc, cs->act, wt, cs->x, D->attn_norm, n, dim, eps));
+        TRY(launch_rmsnorm(lc, cs->act, wt, cs->x, D->attn_norm, n, dim, eps)); /* NULL norm: x as it is */
         TRY(product(cs, cs->qkv, false, &D->wqkv, n, qkvd, dim));
+        TRY(qk_prepare(cs, s, l, n));
         rope_qkv_args ra = rope_args(cs, s, l, n);
         TRY(launch_rope_qkv(lc, &ra));
-        TRY(launch_attention_prefill(lc, cs->act, wt, cs->q, ra.k_cache, ra.v_cache, ra.k_scale, ra.v_scale, cs->kvt,
-                                     n, pos0, c->n_heads, c->n_kv_heads, c->head_dim, window_of(m, l), ra.ring));
-        TRY(product(cs, cs->x, true, &D->wo, n, dim, qd));
+        TRY(launch_attention_prefill_ex(lc, cs->act, wt, cs->q, ra.k_cache, ra.v_cache, ra.k_scale, ra.v_scale,
+                                        cs->kvt, n, pos0, c->n_heads, c->n_kv_heads, c->head_dim, window_of(m, l),
+                                        ra.ring, ra.score_scale, ra.softcap));
+        TRY(product(cs, out, !unf, &D->wo, n, dim, qd));
         if (D->b_o)
-            TRY(launch_bias_add(lc, cs->x, D->b_o, n, dim));
+            TRY(launch_bias_add(lc, out, D->b_o, n, dim));
+        if (unf)
+            TRY(residual(cs, s, out, D->attn_post_norm, n));
         TRY(launch_rmsnorm(lc, cs->act, wt, cs->x, D->ffn_norm, n, dim, eps));
         TRY(product(cs, cs->gu, false, &D->w_gu, n, 2 * ffn, dim));
         if (D->b_gu)
             TRY(launch_bias_add(lc, cs->gu, D->b_gu, n, 2 * ffn));
-        TRY(launch_swiglu(lc, cs->act, wt, cs->gu, n, ffn));
-        TRY(product(cs, cs->x, true, &D->w_down, n, dim, ffn));
+        if (c->act == CFG_ACT_GELU_TANH)
+            TRY(launch_geglu(lc, cs->act, wt, cs->gu, n, ffn));
+        else
+            TRY(launch_swiglu(lc, cs->act, wt, cs->gu, n, ffn));
+        TRY(product(cs, out, !unf, &D->w_down, n, dim, ffn));
         if (D->b_down)
-            TRY(launch_bias_add(lc, cs->x, D->b_down, n, dim));
+            TRY(launch_bias_add(lc, out, D->b_down, n, dim));
+        if (unf)
+            TRY(residual(cs, s, out, D->ffn_post_norm, n));
         TRY(stream_after_layer(cs, l));
     }
     TRY(head(cs, s, n, false, NULL));
@@ -545,7 +621,7 @@ engine_status cuda_score_rows(engine_session *s, int r0, int r1, const int32_t *
                     return cuda_launch_error(cs, e);
             }
         }
-        if (launch_row_lse(lc, rows, r, vocab, d_targets, figs))
+        if (scale_logits(cs, s, rows, (long)r * vocab) || launch_row_lse(lc, rows, r, vocab, d_targets, figs))
             return cuda_launch_error(cs, e);
         ce = cudaMemcpyAsync(lse_logit + 2 * (size_t)(a - r0), figs, 2 * (size_t)r * sizeof(float),
                              cudaMemcpyDeviceToHost, st);

@@ -397,6 +397,34 @@ static engine_status put_mat(cuda_mat *dst, const k_weight *const *parts, int np
 
 /* ---- layout ---- */
 
+/*
+ * A norm's weights w [n] as fp32 at a fresh carve (*dst NULL where the
+ * model has none): 1 + w where the architecture's norms scale by that
+ * (Gemma), added in fp32 as transformers does, so that every CUDA norm
+ * multiplies by what it reads.
+ */
+static engine_status put_norm(float **dst, const k_weight *w, bool offset, char *base, uint64_t *off, uploader *up,
+                              err_buf *e)
+{
+    const size_t n = (size_t)w->rows * w->cols;
+    uint64_t at;
+    float *d = (float *)carve_at(base, off, n * sizeof(float), &at);
+    *dst = w->data ? d : NULL;
+    if (!up || !w->data)
+        return ENGINE_OK;
+    if (!offset)
+        return up_tensor(up, base + at, K_F32, w, e);
+    float *h = malloc(n * sizeof *h);
+    if (!h)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        h[i] = 1.0f + k_weight_get(w, i);
+    const k_weight hw = {.data = h, .dtype = K_F32, .rows = 1, .cols = (int)n};
+    engine_status st = up_tensor(up, base + at, K_F32, &hw, e); /* read into the staging buffer before it returns */
+    free(h);
+    return st;
+}
+
 /* Layer l's four matrices at base from offset *off. */
 static engine_status put_layer_mats(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, char *base,
                                     uint64_t *off, sink *k, err_buf *e)
@@ -492,7 +520,9 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         const k_weight *head[] = {&m->lm_head};
         st = put_mat(&cm->lm_head, head, 1, wt, base, &off, &res, NULL, "the output head", e); /* never decoded: as plan.c */
     }
-    PUT(cm->out_norm, &m->out_norm, K_F32);
+    const bool offset = m->arch->norm_offset;
+    if (!st)
+        st = put_norm(&cm->out_norm, &m->out_norm, offset, base, &off, up, e);
     PAD();
     for (int l = 0; l < c->n_layers && !st; l++) {
         const layer_weights *L = &m->layers[l];
@@ -510,13 +540,13 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         }
         /* Biases absent from a stacked set are zero-filled rows of the right size. */
         k_weight zq = {NULL, K_F32, 1, qd}, zkv = {NULL, K_F32, 1, kvd}, zf = {NULL, K_F32, 1, c->ffn_dim};
-        PUT(D->attn_norm, &L->attn_norm, K_F32);
-        PUT(D->ffn_norm, &L->ffn_norm, K_F32);
-        D->q_norm = D->k_norm = NULL;
-        if (L->q_norm.data) {
-            PUT(D->q_norm, &L->q_norm, K_F32);
-            PUT(D->k_norm, &L->k_norm, K_F32);
-        }
+        /* In plan_weights_of's order; a norm the model lacks takes no bytes. */
+        const k_weight *norms[] = {&L->attn_norm, &L->ffn_norm, &L->attn_post_norm, &L->ffn_post_norm, &L->q_norm,
+                                   &L->k_norm};
+        float **dnorms[] = {&D->attn_norm, &D->ffn_norm, &D->attn_post_norm, &D->ffn_post_norm, &D->q_norm,
+                            &D->k_norm};
+        for (size_t i = 0; i < sizeof norms / sizeof norms[0] && !st; i++)
+            st = put_norm(dnorms[i], norms[i], offset, base, &off, up, e);
         PUT_STACK(D->b_qkv, K_F32, L->bq.data ? &L->bq : &zq, L->bk.data ? &L->bk : &zkv,
                   L->bv.data ? &L->bv : &zkv);
         D->b_o = NULL;
@@ -632,6 +662,18 @@ static void log_paths(const engine_model *m, const cuda_model *cm)
 engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **out, err_buf *e)
 {
     *out = NULL;
+    /* What the CUDA pass does not do yet, one line each (model.c names the path). longrope switches its
+     * tables, and computes the cache again, once a sequence passes its original context (forward_cpu.c's
+     * longrope_select); the decode graphs and the queued greedy steps have no such switch yet. */
+    const cfg_model *c = &m->cfg;
+    if (c->rope_type == CFG_ROPE_LONGROPE)
+        return err_set(e, ENGINE_ERR_UNSUPPORTED,
+                       "%s (%s) with longrope RoPE scaling is not yet supported on CUDA; use --device cpu",
+                       m->arch->label, m->arch->name);
+    if (cuda_unfolded(m) && c->ffn_dim < c->dim)
+        return err_set(e, ENGINE_ERR_UNSUPPORTED,
+                       "%s (%s) with intermediate_size %d below hidden_size %d is not yet supported on CUDA; use "
+                       "--device cpu", m->arch->label, m->arch->name, c->ffn_dim, c->dim);
     cuda_model *cm = calloc(1, sizeof *cm);
     if (!cm)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");

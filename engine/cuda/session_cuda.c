@@ -31,6 +31,8 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->logits = b.logits;
     cs->rope_cos = b.rope_cos;
     cs->rope_sin = b.rope_sin;
+    cs->rope_cos_local = b.rope_cos_local;
+    cs->rope_sin_local = b.rope_sin_local;
     cs->argmax_scratch = b.argmax_scratch;
     cs->deq = b.deq;
     cs->ids = b.ids;
@@ -63,6 +65,7 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     if (!cs)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     cs->cm = m->cuda;
+    cs->unfolded = cuda_unfolded(m);
     cs->lc.n_sms = cs->cm->n_sms;
     cs->lc.cc = cs->cm->paths.cc;
     cs->lc.smem_max = cs->cm->paths.smem_max;
@@ -160,17 +163,23 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
         cuda_session_free(cs);
         return st;
     }
-    /* RoPE tables are computed on the host exactly as the CPU backend does. */
-    const size_t half = (size_t)c->head_dim / 2, tab = (size_t)s->n_ctx * half;
+    /* RoPE tables are computed on the host exactly as the CPU backend does: [n_ctx, rot/2] for the rotated
+     * dims (Phi-3's partial rotary rotates fewer than head_dim), and Gemma 3's sliding layers' own. */
+    const size_t rot = (size_t)(c->rotary_dim > 0 ? c->rotary_dim : c->head_dim), tab = (size_t)s->n_ctx * (rot / 2);
     float *host = malloc(2 * tab * sizeof(float));
     if (!host) {
         cuda_session_free(cs);
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    rope_tables(c, s->n_ctx, host, host + tab);
-    ce = cudaMemcpy(cs->rope_cos, host, tab * sizeof(float), cudaMemcpyHostToDevice);
-    if (ce == cudaSuccess)
-        ce = cudaMemcpy(cs->rope_sin, host + tab, tab * sizeof(float), cudaMemcpyHostToDevice);
+    for (int local = 0; local < 2 && ce == cudaSuccess; local++) {
+        float *dc = local ? cs->rope_cos_local : cs->rope_cos, *ds = local ? cs->rope_sin_local : cs->rope_sin;
+        if (!dc)
+            continue;
+        rope_tables_ex(c, s->n_ctx, local, false, host, host + tab);
+        ce = cudaMemcpy(dc, host, tab * sizeof(float), cudaMemcpyHostToDevice);
+        if (ce == cudaSuccess)
+            ce = cudaMemcpy(ds, host + tab, tab * sizeof(float), cudaMemcpyHostToDevice);
+    }
     free(host);
     if (ce != cudaSuccess) {
         cuda_session_free(cs);

@@ -40,10 +40,14 @@ typedef struct cuda_layer {
     cuda_mat wo;      /* [dim, nh*hd]                                        */
     cuda_mat w_gu;    /* [2*ffn, dim]: gate rows, then up rows               */
     cuda_mat w_down;  /* [dim, ffn]                                          */
-    float *attn_norm; /* [dim]                                               */
-    float *ffn_norm;  /* [dim]                                               */
-    float *q_norm;    /* [hd] or NULL                                        */
-    float *k_norm;    /* [hd] or NULL                                        */
+    /* Every norm's weights as the norm multiplies by them: (1 + w) where the
+     * architecture's norms scale by that (Gemma), w for the others. */
+    float *attn_norm; /* [dim]; NULL with NORMS_POST (OLMo 2)                */
+    float *ffn_norm;  /* [dim]; likewise                                     */
+    float *attn_post_norm; /* [dim] on attention's output (OLMo 2, Gemma), or NULL */
+    float *ffn_post_norm;  /* [dim] on the MLP's output, likewise            */
+    float *q_norm;    /* [hd] (QK_HEAD), [nh*hd] (QK_WHOLE) or NULL          */
+    float *k_norm;    /* [hd] (QK_HEAD), [nkv*hd] (QK_WHOLE) or NULL         */
     float *b_qkv;     /* [(nh + 2*nkv) * hd] or NULL                         */
     float *b_o;       /* [dim] or NULL                                       */
     float *b_gu;      /* [2*ffn] or NULL                                     */
@@ -63,7 +67,7 @@ struct cuda_model {
     k_dtype emb_t;      /* wt on the device; the file's type when read in place from host memory */
     cuda_mat lm_head;   /* [vocab, dim]; tok_emb when tied                 */
     uint64_t deq_elems; /* the largest quantized matrix (prefill decodes it) */
-    float *out_norm;    /* [dim]                                           */
+    float *out_norm;    /* [dim] (1 + w with Gemma's norms, as cuda_layer's) */
     cuda_layer *layers; /* [n_layers], host array of device pointers; a
                            streamed layer's matrices are NULL here (each
                            session points them into its slots)            */
@@ -110,8 +114,12 @@ struct cuda_session {
     float *att;           /* [nh*hd] decode attention output             */
     float *gu;            /* [n_batch, 2*ffn]                            */
     float *logits;        /* [vocab]                                     */
-    float *rope_cos;      /* [n_ctx, hd/2]                               */
-    float *rope_sin;      /* [n_ctx, hd/2]                               */
+    float *rope_cos;      /* [n_ctx, rot/2] (rot: the rotary dims, hd but for Phi-3's partial rotary) */
+    float *rope_sin;      /* [n_ctx, rot/2]                              */
+    float *rope_cos_local;/* [n_ctx, rot/2] sliding layers' own (Gemma 3's rope_local_theta); else NULL */
+    float *rope_sin_local;
+    bool unfolded;        /* each block's output passes residual_add before it joins x (post norms,
+                             Granite's residual_multiplier): the products write it to scratch */
     void *deq;            /* [cm->deq_elems] wt: a quantized matrix decoded for prefill */
     void *argmax_scratch; /* launch_argmax_scratch() bytes               */
     int32_t *ids;         /* [n_batch]                                   */
@@ -140,6 +148,20 @@ struct cuda_session {
     cudaEvent_t step_done[2]; /* recorded after the decode step at position p, in [p & 1] */
     bool logits_stale;    /* the device logits are a dropped evaluation's */
 };
+
+/*
+ * Whether a block's output needs a step of its own before it joins the
+ * residual stream (a norm on it, OLMo 2's and Gemma's, or Granite's
+ * residual_multiplier), so that the products cannot add it to x
+ * themselves: they write it to the gate/up buffer (prefill: the attention
+ * output and the down projection's; decode: the attention output at its
+ * start, the down projection's after the ffn_dim values it reads, which
+ * needs ffn_dim >= dim, cuda_model_create) and launch_residual_add adds it.
+ */
+static inline bool cuda_unfolded(const engine_model *m)
+{
+    return m->arch->norms != NORMS_PRE || m->cfg.residual_multiplier != 1.0;
+}
 
 /* Whether the model's sessions take op's fast path (kernels/cuda/paths.cu). */
 static inline bool cuda_takes_fast(const cuda_model *cm, k_op op) { return cm->paths.fast[op]; }

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) k_argmax(int32_t *out, const f
         feed.zero[i] = 0;
     if (feed.x) {
         __syncthreads();
-        embed_row(feed.x, static_cast<const T *>(feed.emb), chosen, feed.dim);
+        embed_row(feed.x, static_cast<const T *>(feed.emb), chosen, feed.dim, feed.emb_mult);
     }
 }
 
@@ -118,7 +118,7 @@ extern "C" int launch_argmax(launch_ctx *c, int32_t *out, const float *x, int n,
     if (!feed)
         feed = &none;
     if (!out || !x || !scratch || n <= 0 || (feed->token && (!feed->pos || !feed->ring)) ||
-        (feed->x && (!feed->token || !feed->emb || feed->dim <= 0)) || (feed->n_zero > 0 && (!feed->zero || !feed->token)))
+        (feed->x && (!feed->token || !feed->emb || feed->dim <= 0 || !(feed->emb_mult > 0.0f))) || (feed->n_zero > 0 && (!feed->zero || !feed->token)))
         return launch_fail(c, "argmax: bad arguments (n %d)", n);
     const int blocks = (int)(ceil_div(n, ARGMAX_THREADS) < ARGMAX_BLOCKS ? ceil_div(n, ARGMAX_THREADS) : ARGMAX_BLOCKS);
     argmax_scratch_t *sc = static_cast<argmax_scratch_t *>(scratch);

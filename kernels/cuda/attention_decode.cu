@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         if (t < G) {
             const size_t h = (size_t)(kvh * G + t) * hd;
             rope_head<float>(qs + t * hd, a.qkv + h, a.bias ? a.bias + h : NULL, a.q_norm, a.eps, a.cos, a.sin, pos,
-                             hd, true);
+                             hd, rope_rot(a), true);
             continue;
         }
         const int is_v = t - G;
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         if constexpr (QUANT) { /* fp32 first, then the codes and the scale into the cache */
             float *f = reinterpret_cast<float *>(nrow) + is_v * hd;
             rope_head<float>(f, a.qkv + src, a.bias ? a.bias + src : NULL, is_v ? NULL : a.k_norm, a.eps, a.cos,
-                             a.sin, pos, hd, !is_v);
+                             a.sin, pos, hd, rope_rot(a), !is_v);
             __syncwarp();
             const float scale = kv_quantize_row<T>(row, f, hd);
             if (lane == 0) {
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
         } else {
             stage = nrow + is_v * hb;
             rope_head<T>(reinterpret_cast<T *>(stage), a.qkv + src, a.bias ? a.bias + src : NULL,
-                         is_v ? NULL : a.k_norm, a.eps, a.cos, a.sin, pos, hd, !is_v);
+                         is_v ? NULL : a.k_norm, a.eps, a.cos, a.sin, pos, hd, rope_rot(a), !is_v);
             __syncwarp();
         }
         for (int c = lane; c < hb; c += 32) {
@@ -282,7 +282,8 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
     }
     __syncthreads(); /* the new rows are in the cache before a later chunk reads them */
 
-    const float scale = rsqrtf((float)hd);
+    /* The score scale (Granite's and Gemma's own, else 1/sqrt(head_dim)) and Gemma 2's soft cap. */
+    const float scale = a.score_scale > 0.0f ? a.score_scale : rsqrtf((float)hd), cap = a.softcap;
     /* Value sums: a warp takes PW = 32 / S (head, granule) pairs, each in S
      * key slices (lane = slice x PW + pair; a slice takes every S-th key),
      * and sums the slices with shuffles: no block barrier, no buffer. A
@@ -325,7 +326,7 @@ __global__ void __launch_bounds__(DEC_THREADS) k_attention_decode(float *out, ro
             float mult = scale;
             if constexpr (QUANT)
                 mult *= kv_mult<T>(ksm[b * chunk + k]);
-            sc[g * chunk + k] = (d0 + d1) * mult;
+            sc[g * chunk + k] = soft_cap((d0 + d1) * mult, cap);
         }
         __syncthreads();
 
@@ -501,7 +502,8 @@ extern "C" int launch_attention_decode(launch_ctx *c, const rope_qkv_args *a, fl
     const int nh = a->n_heads, nkv = a->n_kv_heads, hd = a->head_dim;
     if (!out || !a->qkv || !a->k_cache || !a->v_cache || !a->pos0 || !a->cos || !a->sin || a->n != 1 || nh <= 0 ||
         nkv <= 0 || nh % nkv || hd <= 0 || hd > 256 || hd % 8 || (!a->q_norm) != (!a->k_norm) || n_splits < 1 ||
-        n_splits > DEC_MAX_SPLITS)
+        n_splits > DEC_MAX_SPLITS || a->rotary_dim < 0 || a->rotary_dim > hd || a->rotary_dim % 2 ||
+        a->score_scale < 0.0f || a->softcap < 0.0f)
         return launch_fail(c, "attention_decode: bad arguments (n %d, heads %d/%d, head_dim %d (a multiple of 8 up "
                               "to 256), %d splits)",
                            a->n, nh, nkv, hd, n_splits);

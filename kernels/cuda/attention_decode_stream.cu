@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
         if (t < G) {
             const size_t h = (size_t)(kvh * G + t) * hd;
             rope_head<float>(qs + t * hd, a.qkv + h, a.bias ? a.bias + h : NULL, a.q_norm, a.eps, a.cos, a.sin, pos,
-                             hd, true);
+                             hd, rope_rot(a), true);
             continue;
         }
         const int is_v = t - G;
@@ -119,21 +119,25 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
         if constexpr (QUANT) { /* fp32 first, then the codes and the scale */
             float *f = nrow + is_v * hd;
             rope_head<float>(f, a.qkv + src, a.bias ? a.bias + src : NULL, is_v ? NULL : a.k_norm, a.eps, a.cos,
-                             a.sin, pos, hd, !is_v);
+                             a.sin, pos, hd, rope_rot(a), !is_v);
             __syncwarp();
             const float scale = kv_quantize_row<T>(row, f, hd);
             if (lane == 0)
                 (is_v ? a.v_scale : a.k_scale)[pr * nkv + kvh] = scale;
         } else {
             rope_head<T>(row, a.qkv + src, a.bias ? a.bias + src : NULL, is_v ? NULL : a.k_norm, a.eps, a.cos,
-                         a.sin, pos, hd, !is_v);
+                         a.sin, pos, hd, rope_rot(a), !is_v);
         }
     }
     __syncthreads(); /* q is in qs, the new rows are in the cache */
 
     /* This lane's 8 elements of q, scaled so that the scores come out in
-     * log2 units (exp2 below). */
-    const float qscale = rsqrtf((float)hd) * 1.4426950408889634f;
+     * log2 units (exp2 below): by the score scale (Granite's and Gemma's
+     * own, else 1/sqrt(head_dim)) and log2(e). Gemma 2's soft cap in those
+     * units: cap * tanh(s / cap) in nats is cap2 * tanh(s2 / cap2) in log2
+     * units with cap2 = cap * log2(e). */
+    const float qscale = (a.score_scale > 0.0f ? a.score_scale : rsqrtf((float)hd)) * 1.4426950408889634f;
+    const float cap2 = a.softcap * 1.4426950408889634f;
     float qr[G][DS_EL];
 #pragma unroll
     for (int g = 0; g < G; g++)
@@ -202,7 +206,7 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
                 float mult = 1.0f;
                 if constexpr (QUANT)
                     mult = kv_mult<T>(ksc[u]);
-                s[u][g] = live[u] ? s[u][g] * mult : -INFINITY;
+                s[u][g] = live[u] ? soft_cap(s[u][g] * mult, cap2) : -INFINITY;
                 mx = fmaxf(mx, s[u][g]);
             }
             for (int off = lpk; off < 32; off <<= 1)
@@ -326,6 +330,8 @@ extern "C" int launch_attention_decode_stream(launch_ctx *c, const rope_qkv_args
         return launch_attention_decode(c, a, out, window, n_splits < DEC_MAX_SPLITS ? n_splits : DEC_MAX_SPLITS);
     if (!out || !a->qkv || !a->k_cache || !a->v_cache || !a->pos0 || !a->cos || !a->sin || a->n != 1 ||
         (!a->q_norm) != (!a->k_norm) || n_splits < 1 || n_splits > DEC_PART_SPLITS || !a->part || !a->count ||
+        a->rotary_dim < 0 || a->rotary_dim > a->head_dim || a->rotary_dim % 2 || a->score_scale < 0.0f ||
+        a->softcap < 0.0f ||
         (k_kv_has_scales(a->kvt) && (!a->k_scale || !a->v_scale)))
         return launch_fail(c, "attention_decode_stream: bad arguments (n %d, heads %d/%d, head_dim %d, %d splits)",
                            a->n, a->n_heads, a->n_kv_heads, a->head_dim, n_splits);

@@ -17,6 +17,11 @@
  * Keys are read by position: at row key, or key % ring where the layer's
  * cache is a sliding window's ring (ring > 0), each row's address taken
  * alone, so a tile may wrap.
+ *
+ * Scores are scaled by `scale` (1/sqrt(head_dim), or Granite's and Gemma's
+ * own) and, where cap > 0, soft-capped to cap * tanh(s / cap) before the
+ * mask and the softmax (Gemma 2). The cap is a runtime value: a uniform
+ * branch per score, not a kernel of its own.
  */
 #include "kv.cuh"
 
@@ -81,7 +86,8 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const
 
 template <typename T, int E> /* E: dimensions per lane, head_dim <= 32 * E */
 __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, const T *vc, const float *ksc,
-                            const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window, int ring)
+                            const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window, int ring,
+                            float scale, float cap)
 {
     extern __shared__ float sm[];
     float *Qs = sm;                          /* [hd][ATT_BQ], scaled       */
@@ -90,7 +96,6 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nthreads = blockDim.x;
     const int tq0 = blockIdx.x * ATT_BQ, h = blockIdx.y, kvh = h / (nh / nkv);
     const int kvd = nkv * hd;
-    const float scale = rsqrtf((float)hd);
 
     for (int i = threadIdx.x; i < ATT_BQ * hd; i += nthreads) {
         const int qi = i / hd, d = i - qi * hd, t = tq0 + qi;
@@ -137,7 +142,7 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const bool valid = qpos[i] >= 0 && key < end && key <= qpos[i] && (window <= 0 || key > qpos[i] - window);
-            const float si = valid ? s[i] : -INFINITY;
+            const float si = valid ? soft_cap(s[i], cap) : -INFINITY;
             const float mt = warp_max(si);
             const float mn = fmaxf(m[i], mt);
             if (mn == -INFINITY) { /* nothing visible yet for this query */
@@ -368,7 +373,7 @@ __device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t
 template <typename T, int KC, typename Q, bool RING>
 __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, const float *q, const Q *kc, const Q *vc,
                                                       const float *ksc, const float *vsc, int pos0, int n, int nh,
-                                                      int nkv, int window, int ring)
+                                                      int nkv, int window, int ring, float scale, float cap)
 {
 #if TC_COMPILED
     constexpr int HD = KC * 16, LD = HD + 8; /* 16 bytes of row padding: ldmatrix rows fall in distinct banks */
@@ -388,7 +393,8 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
     const int wlo = pos0 + q0 + warp * 16, whi = pos0 + min(q0 + warp * 16 + 15, n - 1);
 
     uint32_t qh[KC][4], ql[KC][4];
-    const float qscale = 1.4426950408889634f * rsqrtf((float)HD);
+    /* Scores in log2 units; the soft cap in them is cap * log2(e) (cap * tanh(s / cap) in nats). */
+    const float qscale = 1.4426950408889634f * scale, cap2 = cap * 1.4426950408889634f;
 #pragma unroll
     for (int kk = 0; kk < KC; kk++)
 #pragma unroll
@@ -461,6 +467,8 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = k0 + nt * 8 + 2 * t4 + (e & 1), p = (e >> 1) ? p1 : p0;
+                    if (cap2 > 0.0f)
+                        s[nt][e] = soft_cap(s[nt][e], cap2);
                     if (key > p || (window > 0 && key <= p - window))
                         s[nt][e] = -INFINITY; /* (rows past n are computed on q = 0 and never stored) */
                     mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
@@ -529,7 +537,8 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
 
 template <typename T, int KC, typename Q>
 static void tc_launch(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
-                      const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int window, int ring)
+                      const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int window, int ring,
+                      float scale, float cap)
 {
     constexpr int HD = KC * 16;
     /* at most 34,816 bytes; int8/fp8 add their codes and scales: 51,712 */
@@ -540,14 +549,15 @@ static void tc_launch(launch_ctx *c, void *out, k_dtype ot, const float *q, cons
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     const dim3 grid(ceil_div(n, TC_BQ), (unsigned)nh);
     kern<<<grid, 128, smem, c->stream>>>(out, ot, q, static_cast<const Q *>(kc), static_cast<const Q *>(vc), ksc, vsc,
-                                         pos0, n, nh, nkv, window, ring);
+                                         pos0, n, nh, nkv, window, ring, scale, cap);
 }
 
 template <typename T, typename Q>
 static void run_tc(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
-                   const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window, int ring)
+                   const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window, int ring,
+                   float scale, float cap)
 {
-#define TC_CASE(K) tc_launch<T, K, Q>(c, out, ot, q, kc, vc, ksc, vsc, pos0, n, nh, nkv, window, ring)
+#define TC_CASE(K) tc_launch<T, K, Q>(c, out, ot, q, kc, vc, ksc, vsc, pos0, n, nh, nkv, window, ring, scale, cap)
     switch (hd / 16) {
     case 1: TC_CASE(1); break;
     case 2: TC_CASE(2); break;
@@ -564,7 +574,7 @@ static void run_tc(launch_ctx *c, void *out, k_dtype ot, const float *q, const v
 template <typename T>
 static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
                        const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window,
-                       int ring)
+                       int ring, float scale, float cap)
 {
     const size_t smem = ((size_t)hd * ATT_BQ + ATT_BK * (hd + 1) + ATT_BK * hd) * sizeof(float);
     if (smem > c->smem_max)
@@ -578,7 +588,8 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
         auto kern = k_attention<T, EV>;                                                                       \
         if (smem > 48 * 1024)                                                                                 \
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);               \
-        kern<<<grid, 128, smem, c->stream>>>(out, ot, q, k, v, ksc, vsc, pos0, n, nh, nkv, hd, window, ring); \
+        kern<<<grid, 128, smem, c->stream>>>(out, ot, q, k, v, ksc, vsc, pos0, n, nh, nkv, hd, window, ring, \
+                                             scale, cap);                                                    \
     } while (0)
     switch (e) {
     case 1: ATT_LAUNCH(1); break;
@@ -592,18 +603,20 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
     return launch_check(c, "attention_prefill");
 }
 
-extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
-                                        const void *v_cache, const float *k_scale, const float *v_scale,
-                                        k_kv_type kvt, int n, int pos0, int n_heads, int n_kv_heads, int head_dim,
-                                        int window, int ring)
+extern "C" int launch_attention_prefill_ex(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
+                                           const void *v_cache, const float *k_scale, const float *v_scale,
+                                           k_kv_type kvt, int n, int pos0, int n_heads, int n_kv_heads, int head_dim,
+                                           int window, int ring, float score_scale, float softcap)
 {
     if (!out || !q || !k_cache || !v_cache || n <= 0 || pos0 < 0 || n_heads <= 0 || n_kv_heads <= 0 ||
         n_heads % n_kv_heads || head_dim <= 0 || head_dim > 256 || head_dim % 2 ||
         (k_kv_has_scales(kvt) && (!k_scale || !v_scale)) ||
-        (ring != 0 && (ring < 0 || window <= 0 || (int64_t)window + n - 1 > ring)))
+        (ring != 0 && (ring < 0 || window <= 0 || (int64_t)window + n - 1 > ring)) || score_scale < 0.0f ||
+        softcap < 0.0f)
         return launch_fail(c, "attention_prefill: bad arguments (n %d, pos0 %d, heads %d/%d, head_dim %d, window %d, "
                               "ring %d)",
                            n, pos0, n_heads, n_kv_heads, head_dim, window, ring);
+    const float scale = score_scale > 0.0f ? score_scale : rsqrtf((float)head_dim);
     /* cp.async and the paired stores want 16- and 8-byte alignment; arena buffers have it. */
     const bool aligned = (((uintptr_t)k_cache | (uintptr_t)v_cache) & 15) == 0 && ((uintptr_t)q & 7) == 0 &&
                          ((uintptr_t)out & 7) == 0;
@@ -611,24 +624,33 @@ extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, co
         switch (kvt) {
         case K_KV_F16:
             run_tc<__half, __half>(c, out, ot, q, k_cache, v_cache, NULL, NULL, pos0, n, n_heads, n_kv_heads, head_dim,
-                                   window, ring);
+                                   window, ring, scale, softcap);
             break;
         case K_KV_BF16:
             run_tc<__nv_bfloat16, __nv_bfloat16>(c, out, ot, q, k_cache, v_cache, NULL, NULL, pos0, n, n_heads,
-                                                 n_kv_heads, head_dim, window, ring);
+                                                 n_kv_heads, head_dim, window, ring, scale, softcap);
             break;
         case K_KV_INT8:
             run_tc<__half, int8_t>(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, pos0, n, n_heads, n_kv_heads,
-                                   head_dim, window, ring);
+                                   head_dim, window, ring, scale, softcap);
             break;
         default:
             run_tc<__half, fp8e4m3>(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, pos0, n, n_heads, n_kv_heads,
-                                    head_dim, window, ring);
+                                    head_dim, window, ring, scale, softcap);
             break;
         }
         return launch_check(c, "attention_prefill");
     }
     DISPATCH_KV(kvt, T, return run_prefill<T>(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, pos0, n, n_heads,
-                                              n_kv_heads, head_dim, window, ring));
+                                              n_kv_heads, head_dim, window, ring, scale, softcap));
     return 0;
+}
+
+extern "C" int launch_attention_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *k_cache,
+                                        const void *v_cache, const float *k_scale, const float *v_scale,
+                                        k_kv_type kvt, int n, int pos0, int n_heads, int n_kv_heads, int head_dim,
+                                        int window, int ring)
+{
+    return launch_attention_prefill_ex(c, out, ot, q, k_cache, v_cache, k_scale, v_scale, kvt, n, pos0, n_heads,
+                                       n_kv_heads, head_dim, window, ring, 0.0f, 0.0f);
 }

@@ -22,12 +22,14 @@ template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 /*
- * x[i] = emb[token][i] as fp32, by the whole block: 16 bytes of the row a
- * thread at a time where aligned (the embedding lookup, and decode's argmax
- * embedding the next step's token).
+ * x[i] = emb[token][i] * mult as fp32, by the whole block: 16 bytes of the
+ * row a thread at a time where aligned (the embedding lookup, and decode's
+ * argmax embedding the next step's token). mult is the architecture's
+ * embedding scale (Granite's embedding_multiplier, Gemma's sqrt(hidden)),
+ * 1 for the others; the product is formed in fp32, as the CPU pass does.
  */
 template <typename T>
-__device__ void embed_row(float *__restrict__ x, const T *__restrict__ emb, int token, int dim)
+__device__ void embed_row(float *__restrict__ x, const T *__restrict__ emb, int token, int dim, float mult)
 {
     constexpr int V = 16 / sizeof(T);
     const T *row = emb + (size_t)token * dim;
@@ -37,14 +39,25 @@ __device__ void embed_row(float *__restrict__ x, const T *__restrict__ emb, int 
             const T *e = reinterpret_cast<const T *>(&w);
 #pragma unroll
             for (int k = 0; k < V; k += 4)
-                *reinterpret_cast<float4 *>(x + g * V + k) =
-                    make_float4(to_f32(e[k]), to_f32(e[k + 1]), to_f32(e[k + 2]), to_f32(e[k + 3]));
+                *reinterpret_cast<float4 *>(x + g * V + k) = make_float4(
+                    to_f32(e[k]) * mult, to_f32(e[k + 1]) * mult, to_f32(e[k + 2]) * mult, to_f32(e[k + 3]) * mult);
         }
     } else {
         for (int i = threadIdx.x; i < dim; i += blockDim.x)
-            x[i] = to_f32(row[i]);
+            x[i] = to_f32(row[i]) * mult;
     }
 }
+
+/* The gated activations of the MLP: SiLU (SwiGLU) and tanh-approximated
+ * GELU (GeGLU: Gemma's gelu_pytorch_tanh), as kernels/cpu computes them. */
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ float gelu_tanh(float g)
+{
+    return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+}
+
+/* A score soft-capped: cap * tanh(s / cap) (Gemma 2); cap <= 0: s. */
+__device__ __forceinline__ float soft_cap(float s, float cap) { return cap > 0.0f ? cap * tanhf(s / cap) : s; }
 
 __device__ __forceinline__ float warp_sum(float v)
 {

@@ -635,7 +635,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
                         acc[r] += cur[r][u].dot(xs + c * STRIDE);
                 }
         }
-        if (ns == 0 && GLU) { /* the output is done: silu(gate) * up */
+        if (ns == 0 && GLU) { /* the output is done: silu(gate) * up, or GeGLU's gelu(gate) * up */
             const int j = first + group * stride;
             float g = warp_sum(acc[0]) * xscale, u = warp_sum(acc[1]) * xscale;
             acc[0] = acc[1] = 0.0f;
@@ -644,7 +644,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
                     g += a.bias[j];
                     u += a.bias[half + j];
                 }
-                const float h = g / (1.0f + expf(-g)) * u;
+                const float h = (a.gelu ? gelu_tanh(g) : silu(g)) * u;
                 a.y[j] = h;
                 if (a.y_max)
                     ymx = fmaxf(ymx, fabsf(a.y_max_norm ? h * a.y_max_norm[j] : h));

@@ -1,6 +1,8 @@
 /*
  * rmsnorm.cu: y = x / rms(x) * w per row, fp32 in, any type out (the
- * prefill path writes the matrix-product input in the weight type).
+ * prefill path writes the matrix-product input in the weight type); without
+ * w, y = x in that type (a block that reads the residual stream unnormed,
+ * OLMo 2's).
  */
 #include "common.cuh"
 
@@ -9,6 +11,11 @@ __global__ void k_rmsnorm(T *y, const float *x, const float *w, int dim, float e
 {
     const float *xr = x + (size_t)blockIdx.x * dim;
     T *yr = y + (size_t)blockIdx.x * dim;
+    if (!w) { /* uniform across the block: no barrier is skipped by some threads only */
+        for (int i = threadIdx.x; i < dim; i += blockDim.x)
+            yr[i] = from_f32<T>(xr[i]);
+        return;
+    }
     float ss = 0.0f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         ss += xr[i] * xr[i];
@@ -21,7 +28,7 @@ __global__ void k_rmsnorm(T *y, const float *x, const float *w, int dim, float e
 extern "C" int launch_rmsnorm(launch_ctx *c, void *y, k_dtype yt, const float *x, const float *w, int n, int dim,
                               float eps)
 {
-    if (!y || !x || !w || n <= 0 || dim <= 0)
+    if (!y || !x || n <= 0 || dim <= 0)
         return launch_fail(c, "rmsnorm: bad arguments (n %d, dim %d)", n, dim);
     const int threads = dim >= 1024 ? 1024 : (dim + 31) / 32 * 32;
     DISPATCH_TYPE(yt, T, k_rmsnorm<T><<<n, threads, 0, c->stream>>>(static_cast<T *>(y), x, w, dim, eps));

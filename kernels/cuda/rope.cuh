@@ -11,14 +11,16 @@
 
 /*
  * dst[hd] = rope(norm(src + bias)) for the head at src (fp32), rows pos of
- * the cos/sin tables [*, hd/2]. bias and norm may be NULL; rope = false
- * skips the rotation (v). Called by all 32 lanes of a warp.
+ * the cos/sin tables [*, rot/2]: the first rot elements rotate (pairs i,
+ * i + rot/2), the rest pass (Phi-3's partial rotary; rot = hd for the
+ * others). bias and norm may be NULL; rope = false skips the rotation (v).
+ * Called by all 32 lanes of a warp.
  */
 template <typename O>
 __device__ void rope_head(O *dst, const float *src, const float *bias, const float *norm, float eps,
-                          const float *cos_t, const float *sin_t, int pos, int hd, bool rope)
+                          const float *cos_t, const float *sin_t, int pos, int hd, int rot, bool rope)
 {
-    const int lane = threadIdx.x & 31, half = hd / 2;
+    const int lane = threadIdx.x & 31, half = rot / 2;
     float inv = 1.0f;
     if (norm) {
         float ss = 0.0f;
@@ -80,6 +82,11 @@ __device__ void rope_head(O *dst, const float *src, const float *bias, const flo
             }
         }
     }
+    for (int i = rot + lane; i < hd; i += 32) /* the unrotated tail of a partial rotary */
+        dst[i] = from_f32<O>((src[i] + (bias ? bias[i] : 0.0f)) * (norm ? inv * norm[i] : 1.0f));
 }
+
+/* The elements rope_head rotates for a's heads. */
+__host__ __device__ inline int rope_rot(const rope_qkv_args &a) { return a.rotary_dim > 0 ? a.rotary_dim : a.head_dim; }
 
 #endif

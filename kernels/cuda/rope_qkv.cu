@@ -19,13 +19,13 @@ __device__ __forceinline__ void cache_row(void *cache, float *scales, int pos, i
     T *dst = static_cast<T *>(cache) + ((size_t)at * nkv + kvh) * hd;
     if constexpr (kv_quant<T>()) {
         __shared__ float row[256]; /* head_dim <= 256; one warp a block */
-        rope_head<float>(row, src, bias, norm, a.eps, a.cos, a.sin, pos, hd, rope);
+        rope_head<float>(row, src, bias, norm, a.eps, a.cos, a.sin, pos, hd, rope_rot(a), rope);
         __syncwarp();
         const float scale = kv_quantize_row<T>(dst, row, hd);
         if ((threadIdx.x & 31) == 0)
             scales[(size_t)at * nkv + kvh] = scale;
     } else {
-        rope_head<T>(dst, src, bias, norm, a.eps, a.cos, a.sin, pos, hd, rope);
+        rope_head<T>(dst, src, bias, norm, a.eps, a.cos, a.sin, pos, hd, rope_rot(a), rope);
     }
 }
 
@@ -40,7 +40,7 @@ __global__ void k_rope_qkv(rope_qkv_args a)
     const float *bias = a.bias ? a.bias + (size_t)h * hd : NULL;
     if (h < nh)
         rope_head<float>(a.q_out + (size_t)t * nh * hd + (size_t)h * hd, src, bias, a.q_norm, a.eps, a.cos, a.sin, pos,
-                         hd, true);
+                         hd, rope_rot(a), true);
     else if (h < nh + nkv)
         cache_row<T>(a.k_cache, a.k_scale, pos, h - nh, nkv, hd, src, bias, a.k_norm, a, true);
     else
@@ -51,7 +51,8 @@ extern "C" int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a)
 {
     if (!a->qkv || !a->cos || !a->sin || !a->q_out || !a->k_cache || !a->v_cache || !a->pos0 || a->n <= 0 ||
         a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads || a->head_dim <= 0 ||
-        a->head_dim % 2 || a->head_dim > 256 || (!a->q_norm) != (!a->k_norm) || a->ring < 0 ||
+        a->head_dim % 2 || a->head_dim > 256 || (!a->q_norm) != (!a->k_norm) || a->ring < 0 || a->rotary_dim < 0 ||
+        a->rotary_dim > a->head_dim || a->rotary_dim % 2 ||
         (k_kv_has_scales(a->kvt) && (!a->k_scale || !a->v_scale)))
         return launch_fail(c, "rope_qkv: bad arguments (n %d, heads %d/%d, head_dim %d)", a->n, a->n_heads,
                            a->n_kv_heads, a->head_dim);
