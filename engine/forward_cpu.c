@@ -3,8 +3,8 @@
  * CPU, and the RoPE tables it reads. The architecture's feature row decides
  * the optional steps (biases, q/k norms, sliding windows, post and sandwich
  * norms, Granite's multipliers, Gemma's (1 + w) norms, GeGLU and
- * soft-capping, Phi-3's partial rotary and longrope); there is one forward
- * pass for all of them.
+ * soft-capping, Phi-3's partial rotary and longrope, mixture-of-experts
+ * MLPs in forward_moe.c); there is one forward pass for all of them.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -110,8 +110,10 @@ static void residual_add(const engine_model *m, const k_ctx *kc, int n, float *x
 /* After: x += Wo att + bo, then x += down(act(gate) * up) of rmsnorm(x)
  * (of x with NORMS_POST; act SiLU or Gemma's tanh GELU), each block's
  * output through residual_add. */
-void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *x, const float *att, float *xb,
-                   float *hb, float *hb2)
+/* An expert layer's MLP (cpu_moe) needs the session's scratch: s, which
+ * only the CPU pass has (the CUDA backend runs no expert layers). */
+static void layer_out(const engine_session *s, const engine_model *m, const k_ctx *kc, int l, int n, float *x,
+                      const float *att, float *xb, float *hb, float *hb2)
 {
     const cfg_model *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
@@ -122,6 +124,16 @@ void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *
         norm(m, kc, xb, x, n, c->dim, &L->ffn_norm);
         in = xb;
     }
+    if (L->experts) {
+        /* Without a session (cpu_layer_rate's timing pass for the CUDA
+         * planner, which runs no expert layers) the MLP adds nothing. */
+        if (s)
+            cpu_moe(s, l, n, in, xb);
+        else
+            memset(xb, 0, (size_t)n * c->dim * sizeof *xb);
+        residual_add(m, kc, n, x, xb, &L->ffn_post_norm);
+        return;
+    }
     k_matmul(kc, hb, in, n, &L->w_gate, &L->b_gate);
     k_matmul(kc, hb2, in, n, &L->w_up, &L->b_up);
     if (c->act == CFG_ACT_GELU_TANH)
@@ -130,6 +142,12 @@ void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *
         k_swiglu(kc, hb, hb2, (size_t)n * c->ffn_dim);
     k_matmul(kc, xb, hb, n, &L->w_down, &L->b_down);
     residual_add(m, kc, n, x, xb, &L->ffn_post_norm);
+}
+
+void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *x, const float *att, float *xb,
+                   float *hb, float *hb2)
+{
+    layer_out(NULL, m, kc, l, n, x, att, xb, hb, hb2);
 }
 
 /*
@@ -178,16 +196,21 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
      * or Gemma's query_pre_attn_scalar^-1/2 (model_apply_arch put it there). */
     const float scale = c->attention_multiplier > 0.0 ? (float)c->attention_multiplier : 1.0f / sqrtf((float)hd);
     k_attention_kv_ex(kc, s->att, s->q, &kv_k, &kv_v, n, pos0, nh, nkv, hd, window, scale, (float)c->attn_softcap);
-    cpu_layer_out(m, kc, l, n, s->x, s->att, s->xb, s->hb, s->hb2);
+    layer_out(s, m, kc, l, n, s->x, s->att, s->xb, s->hb, s->hb2);
 }
 
 uint64_t cpu_layer_bytes(const engine_model *m, int l)
 {
     const layer_weights *L = &m->layers[l];
-    const k_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    const k_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                           &L->router, &L->shared.w_gate, &L->shared.w_up, &L->shared.w_down, &L->shared_gate};
     uint64_t b = 0;
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-        b += k_weight_bytes(w[i]);
+        b += w[i]->data ? k_weight_bytes(w[i]) : 0;
+    /* Every expert: what the layer holds, not what one token reads. */
+    for (int e = 0; L->experts && e < m->cfg.n_experts; e++)
+        b += k_weight_bytes(&L->experts[e].w_gate) + k_weight_bytes(&L->experts[e].w_up) +
+             k_weight_bytes(&L->experts[e].w_down);
     return b;
 }
 

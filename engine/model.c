@@ -123,12 +123,14 @@ static const char *dominant_dtype(const engine_model *m)
     return dtype_label(m->tok_emb.dtype);
 }
 
-/* Room in m->owned for every matrix a model may quantize while loading: 7 a layer and the head. */
+/* Room in m->owned for every matrix a model may quantize while loading: 7
+ * a layer (an expert layer: 3 an expert and 3 for a shared expert more)
+ * and the head. */
 static engine_status owned_reserve(engine_model *m, const char *path, err_buf *e)
 {
     if (m->owned)
         return ENGINE_OK;
-    m->owned = calloc((size_t)m->cfg.n_layers * 7 + 1, sizeof *m->owned);
+    m->owned = calloc((size_t)m->cfg.n_layers * (7 + 3 * ((size_t)m->cfg.n_experts + 1)) + 1, sizeof *m->owned);
     return m->owned ? ENGINE_OK : err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
 }
 
@@ -161,13 +163,27 @@ static engine_status quantize_on_load(engine_model *m, engine_quant q, const cha
     const int before = m->n_owned;
     for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         layer_weights *L = &m->layers[l];
-        k_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; !st && i < 7; i++) {
-            if (k_dtype_is_quant(ws[i]->dtype))
+        /* An expert layer's experts are linear weights like the rest (its
+         * router and the shared expert's gate stay as stored, as bitsandbytes
+         * leaves them: a rounded router would change which experts run). */
+        k_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                          &L->shared.w_gate, &L->shared.w_up, &L->shared.w_down};
+        const int n_dense = (int)(sizeof ws / sizeof ws[0]), n_exp = L->experts ? 3 * m->cfg.n_experts : 0;
+        for (int i = 0; !st && i < n_dense + n_exp; i++) {
+            const int j = i - n_dense;
+            k_weight *w = i < n_dense ? ws[i]
+                          : j % 3 == 0 ? &L->experts[j / 3].w_gate
+                          : j % 3 == 1 ? &L->experts[j / 3].w_up
+                                       : &L->experts[j / 3].w_down;
+            if (!w->data || k_dtype_is_quant(w->dtype))
                 continue;
-            char name[64];
-            snprintf(name, sizeof name, "%s: layer %d matrix %d", path, l, i);
-            st = own_quantized(m, ws[i], &spec, false, name, e);
+            char name[96];
+            if (i < n_dense)
+                snprintf(name, sizeof name, "%s: layer %d matrix %d", path, l, i);
+            else
+                snprintf(name, sizeof name, "%s: layer %d expert %d matrix %d", path, l, (i - n_dense) / 3,
+                         (i - n_dense) % 3);
+            st = own_quantized(m, w, &spec, false, name, e);
             m->n_quantized += !st;
         }
     }
@@ -413,6 +429,7 @@ void engine_model_free(engine_model *m)
     for (int i = 0; i < m->n_owned; i++)
         q_weight_free(&m->owned[i]);
     free(m->owned);
+    free(m->experts);
     free(m->layers);
     st_close(m->weights);
     free(m);

@@ -67,6 +67,23 @@ typedef struct arch_features {
                              views of their row blocks (Phi-3); a checkpoint
                              engine_quantize wrote holds them as the unfused
                              names (q_proj, ..., up_proj) instead               */
+    /* Mixture of experts: a router ("gate", [n_experts, dim], no bias) whose
+     * softmax over all experts picks the top num_experts_per_tok of them for
+     * each token; the MLP's output is their outputs weighted by those
+     * probabilities. */
+    bool moe;             /* routed experts replace the MLP (cfg_layer_moe)   */
+    bool moe_renorm;      /* the kept probabilities always renormalised to sum
+                             1 (Mixtral: softmax over the chosen); else only
+                             with config's norm_topk_prob                     */
+    bool moe_ffn_key;     /* experts sized by moe_intermediate_size (Qwen2/3-MoE);
+                             else by intermediate_size (Mixtral, OLMoE)      */
+    bool moe_shared;      /* a shared expert every token runs, its output times
+                             sigmoid(shared_expert_gate . x) (Qwen2-MoE)     */
+    bool moe_sparse_step; /* decoder_sparse_step and mlp_only_layers pick the
+                             expert layers (Qwen2/3-MoE); else every layer   */
+    const char *moe_block; /* the block's tensor-name part: "block_sparse_moe"
+                             (Mixtral) or "mlp" (NULL); stacked experts are
+                             also looked for under "mlp", transformers 5's name */
     bool cuda;            /* the CUDA backend runs it; else loading on CUDA fails */
 } arch_features;
 
@@ -74,6 +91,19 @@ typedef struct arch_features {
 const arch_features *arch_find(const char *name);
 /* "LlamaForCausalLM, MistralForCausalLM, ..." for error messages; static storage. */
 const char *arch_supported_list(void);
+
+/*
+ * One expert's SwiGLU MLP. Bound as views of the mapping: per-expert tensors
+ * (experts.N.gate_proj/up_proj/down_proj, or Mixtral's w1/w3/w2), or row
+ * blocks of stacked ones (experts.gate_up_proj [n_experts, 2*moe_ffn, dim],
+ * experts.down_proj [n_experts, dim, moe_ffn]); quantized while loading, the
+ * model owns them.
+ */
+typedef struct moe_expert {
+    k_weight w_gate;           /* [moe_ffn_dim, dim]                      */
+    k_weight w_up;             /* [moe_ffn_dim, dim]                      */
+    k_weight w_down;           /* [dim, moe_ffn_dim]                      */
+} moe_expert;
 
 typedef struct layer_weights {
     k_weight attn_norm;        /* [dim]; data NULL with NORMS_POST        */
@@ -94,7 +124,25 @@ typedef struct layer_weights {
     k_weight w_up;             /* [ffn_dim, dim]                          */
     k_weight w_down;           /* [dim, ffn_dim]                          */
     k_weight b_gate, b_up, b_down; /* data NULL if none                   */
+    /* An expert layer (cfg_layer_moe) has these instead of w_gate, w_up and
+     * w_down, whose data are then NULL: */
+    k_weight router;           /* [n_experts, dim]; data NULL in a dense layer */
+    moe_expert *experts;       /* [n_experts] (into engine_model.experts); NULL in a dense layer */
+    moe_expert shared;         /* [shared_ffn_dim, dim] ... (Qwen2-MoE); else data NULL */
+    k_weight shared_gate;      /* [1, dim] the shared expert's sigmoid gate; else data NULL */
 } layer_weights;
+
+/* Rows of the widest MLP hidden state a layer forms: a dense layer's, a
+ * shared expert's or (per token and expert) a routed expert's. */
+static inline int model_ffn_max(const cfg_model *c)
+{
+    int f = c->ffn_dim;
+    if (c->shared_ffn_dim > f)
+        f = c->shared_ffn_dim;
+    if (c->n_experts > 0 && c->moe_ffn_dim > f)
+        f = c->moe_ffn_dim;
+    return f;
+}
 
 #define MODEL_MAX_EOS 16
 
@@ -120,6 +168,7 @@ struct engine_model {
     k_weight out_norm;         /* [dim]                                   */
     k_weight lm_head;          /* [vocab, dim]; tok_emb when tied         */
     layer_weights *layers;     /* [n_layers]                              */
+    moe_expert *experts;       /* [expert layers * n_experts] the layers' experts point into; NULL if none */
     engine_tokenizer *tokenizer; /* NULL when the folder has none         */
     int32_t eos[MODEL_MAX_EOS];
     int n_eos;
@@ -179,6 +228,19 @@ struct engine_session {
     float *rope_sin_local;
     bool rope_long;            /* longrope: the tables, and the cache's keys, use the long factors */
     int *pos;                  /* [n_batch]                               */
+    /* Expert layers' scratch (cfg.n_experts > 0; else NULL), k = n_experts_used.
+     * A pass's (token, choice) pairs are slots, grouped by expert so that
+     * each expert reads its weights once for all its tokens: */
+    float *moe_logits;         /* [n_batch, n_experts] router logits      */
+    float *moe_w;              /* [n_batch * k] each slot's routing weight */
+    int *moe_tok;              /* [n_batch * k] each slot's token         */
+    int *moe_slot;             /* [n_batch * k] token t's choice j is slot moe_slot[t*k + j] */
+    int *moe_first;            /* [2 * (n_experts + 1)] expert e's slots: [first[e], first[e+1]);
+                                  then the next free slot of each while they are filled */
+    float *moe_x;              /* [n_batch * k, dim] the slots' inputs, then outputs */
+    float *moe_h;              /* [n_batch * k, moe_ffn_dim]              */
+    float *moe_h2;             /* [n_batch * k, moe_ffn_dim]              */
+    float *moe_gate;           /* [n_batch] the shared expert's gate      */
     int32_t *tokens;           /* [n_ctx] ids in the cache, in order      */
     bool have_logits;          /* logits hold the last evaluated token's  */
     bool device_logits;        /* CUDA: the device holds them (copied on demand) */
@@ -323,6 +385,10 @@ void cpu_layer_qkv(const engine_model *m, const k_ctx *kc, int l, int n, const f
                    float *k, float *v, bool with_bias);
 void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *x, const float *att, float *xb,
                    float *hb, float *hb2);
+/* The MLP of an expert layer over the n rows of in[n, dim] into out[n, dim]
+ * (forward_moe.c), with the session's moe_* scratch and hb, hb2 [n,
+ * shared_ffn_dim] for a shared expert. in and out may be the same rows. */
+void cpu_moe(const engine_session *s, int l, int n, const float *in, float *out);
 /* The threads hosted layers use: all but one, which waits for the GPU. */
 static inline int model_host_threads(const engine_model *m)
 {

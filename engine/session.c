@@ -64,8 +64,22 @@ static size_t layout(engine_session *s, char *base)
     s->xb = carve(base, &off, nb * c->dim * sizeof(float), ALIGN);
     s->q = carve(base, &off, nb * qd * sizeof(float), ALIGN);
     s->att = carve(base, &off, nb * qd * sizeof(float), ALIGN);
-    s->hb = carve(base, &off, nb * c->ffn_dim * sizeof(float), ALIGN);
-    s->hb2 = carve(base, &off, nb * c->ffn_dim * sizeof(float), ALIGN);
+    /* A shared expert may be wider than the dense MLP (model_ffn_max). */
+    const size_t ffn = (size_t)model_ffn_max(c);
+    s->hb = carve(base, &off, nb * ffn * sizeof(float), ALIGN);
+    s->hb2 = carve(base, &off, nb * ffn * sizeof(float), ALIGN);
+    if (c->n_experts > 0) {
+        const size_t E = (size_t)c->n_experts, slots = nb * (size_t)c->n_experts_used;
+        s->moe_logits = carve(base, &off, nb * E * sizeof(float), ALIGN);
+        s->moe_w = carve(base, &off, slots * sizeof(float), ALIGN);
+        s->moe_tok = carve(base, &off, slots * sizeof(int), ALIGN);
+        s->moe_slot = carve(base, &off, slots * sizeof(int), ALIGN);
+        s->moe_first = carve(base, &off, 2 * (E + 1) * sizeof(int), ALIGN);
+        s->moe_x = carve(base, &off, slots * c->dim * sizeof(float), ALIGN);
+        s->moe_h = carve(base, &off, slots * c->moe_ffn_dim * sizeof(float), ALIGN);
+        s->moe_h2 = carve(base, &off, slots * c->moe_ffn_dim * sizeof(float), ALIGN);
+        s->moe_gate = carve(base, &off, nb * sizeof(float), ALIGN);
+    }
     s->rope_cos = carve(base, &off, ctx * half * sizeof(float), ALIGN);
     s->rope_sin = carve(base, &off, ctx * half * sizeof(float), ALIGN);
     const bool local = c->rope_local_theta > 0.0;
@@ -128,8 +142,8 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
     int max_cols = c->dim;
     if (c->n_heads * c->head_dim > max_cols)
         max_cols = c->n_heads * c->head_dim;
-    if (c->ffn_dim > max_cols)
-        max_cols = c->ffn_dim;
+    if (model_ffn_max(c) > max_cols)
+        max_cols = model_ffn_max(c);
     size_t per_thread = k_matmul_scratch_floats(max_cols);
     s->kc.scratch_per_thread = per_thread > (size_t)n_ctx ? per_thread : (size_t)n_ctx;
 

@@ -488,6 +488,46 @@ static engine_status cfg_rope(const cfg_ctx *c, const json_t *root, cfg_model *m
     return ENGINE_OK;
 }
 
+/*
+ * The experts' keys. Checkpoints name the expert count either way
+ * (num_local_experts: Mixtral, and Qwen3-MoE as transformers 5 saves it;
+ * num_experts: Qwen2/3-MoE, OLMoE); whether the architecture uses them is
+ * model_apply_arch's to settle.
+ */
+static engine_status cfg_moe(const cfg_ctx *c, const json_t *root, cfg_model *m)
+{
+    engine_status st;
+    const char *count = cfg_get(root, "num_local_experts") ? "num_local_experts" : "num_experts";
+    if ((st = cfg_int(c, root, count, false, 0, 0, &m->n_experts)) ||
+        (st = cfg_int(c, root, "num_experts_per_tok", false, 0, 1, &m->n_experts_used)) ||
+        (st = cfg_int(c, root, "moe_intermediate_size", false, 0, 1, &m->moe_ffn_dim)) ||
+        (st = cfg_int(c, root, "shared_expert_intermediate_size", false, 0, 0, &m->shared_ffn_dim)) ||
+        (st = cfg_bool(c, root, "norm_topk_prob", false, &m->norm_topk_prob)) ||
+        (st = cfg_int(c, root, "decoder_sparse_step", false, 1, 1, &m->decoder_sparse_step)))
+        return st;
+    if (m->n_experts > 0 && m->n_experts_used > m->n_experts)
+        return err_set(c->e, ENGINE_ERR_FORMAT, "%s: 'num_experts_per_tok' is %d; it must be at most %s (%d)",
+                       c->path, m->n_experts_used, count, m->n_experts);
+    m->clip_qkv_given = cfg_get(root, "clip_qkv") != NULL;
+    memset(m->mlp_only_layers, 0, sizeof m->mlp_only_layers);
+    const json_t *only = cfg_get(root, "mlp_only_layers");
+    if (!only)
+        return ENGINE_OK;
+    if (!json_is_array(only))
+        return cfg_type_error(c, "mlp_only_layers", "a list of layer indices", only);
+    for (size_t i = 0; i < json_array_size(only); i++) {
+        long long l;
+        if (!cfg_as_integer(json_array_get(only, i), &l) || l < 0 || l >= m->n_layers)
+            return err_set(c->e, ENGINE_ERR_FORMAT, "%s: 'mlp_only_layers'[%zu] is not a layer index below %d",
+                           c->path, i, m->n_layers);
+        if (l >= CFG_MAX_LAYERS)
+            return err_set(c->e, ENGINE_ERR_UNSUPPORTED, "%s: 'mlp_only_layers' names layer %lld; at most %d layers "
+                           "supported", c->path, l, CFG_MAX_LAYERS);
+        m->mlp_only_layers[l / 64] |= 1ull << (l % 64);
+    }
+    return ENGINE_OK;
+}
+
 static engine_status cfg_parse_model(const cfg_ctx *c, const json_t *root, cfg_model *m)
 {
     engine_status st;
@@ -573,7 +613,7 @@ static engine_status cfg_parse_model(const cfg_ctx *c, const json_t *root, cfg_m
     if ((st = cfg_window_layers(c, root, m)))
         return st;
 
-    if ((st = cfg_rope(c, root, m)))
+    if ((st = cfg_rope(c, root, m)) || (st = cfg_moe(c, root, m)))
         return st;
     if ((st = cfg_int(c, root, "bos_token_id", false, -1, 0, &m->bos_id)) ||
         (st = cfg_ids(c, root, "eos_token_id", m->eos_ids, &m->n_eos)))

@@ -91,6 +91,19 @@ typedef struct cfg_model {
     double attention_multiplier; /* the attention score scale; 0 when absent
                                     (1/sqrt(head_dim), or the architecture's) */
     double logits_scaling;       /* logits divided by this (default 1)     */
+    /* Mixture of experts (the engine clears them for a dense architecture,
+     * model_apply_arch): */
+    int n_experts;          /* num_local_experts (Mixtral; transformers 5's
+                               Qwen3-MoE) or num_experts; 0: none          */
+    int n_experts_used;     /* num_experts_per_tok: the top-k routed to     */
+    int moe_ffn_dim;        /* moe_intermediate_size (Qwen2/3-MoE); the
+                               architecture may take intermediate_size     */
+    int shared_ffn_dim;     /* shared_expert_intermediate_size (Qwen2-MoE);
+                               0: no shared expert                         */
+    bool norm_topk_prob;    /* the top-k probabilities renormalised to sum 1 */
+    int decoder_sparse_step; /* layer l has experts when (l + 1) % step == 0 */
+    uint64_t mlp_only_layers[CFG_MAX_LAYERS / 64]; /* bit l: layer l is dense */
+    bool clip_qkv_given;    /* OLMoE's clip_qkv is set (not null)           */
     bool tie_embeddings;    /* tie_word_embeddings                         */
     bool attention_bias;    /* q/k/v/o bias (Llama) -- Qwen2 implies q/k/v */
     bool mlp_bias;
@@ -110,6 +123,18 @@ typedef struct cfg_generation {
     int eos_ids[CFG_MAX_EOS];
     int n_eos;
 } cfg_generation;
+
+/*
+ * Whether layer l routes to experts: n_experts > 0, l + 1 a multiple of
+ * decoder_sparse_step and l not in mlp_only_layers (Qwen2/3-MoE; the other
+ * MoE architectures have experts in every layer).
+ */
+static inline bool cfg_layer_moe(const cfg_model *c, int l)
+{
+    if (c->n_experts <= 0 || (c->decoder_sparse_step > 1 && (l + 1) % c->decoder_sparse_step != 0))
+        return false;
+    return l >= CFG_MAX_LAYERS || !((c->mlp_only_layers[l / 64] >> (l % 64)) & 1);
+}
 
 /* Parse config.json at path. *out is written only on success. */
 engine_status cfg_load_model(const char *path, cfg_model *out, err_buf *e);

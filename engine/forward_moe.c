@@ -1,0 +1,171 @@
+/*
+ * forward_moe.c: the MLP of a mixture-of-experts layer on the CPU (Mixtral,
+ * Qwen2-MoE, Qwen3-MoE, OLMoE), as transformers computes it: router logits,
+ * a softmax over all experts (in fp32, as transformers casts them), the top
+ * n_experts_used kept, renormalised where the architecture or
+ * norm_topk_prob says, and the kept experts' SwiGLU outputs summed with
+ * those weights; Qwen2-MoE adds a shared expert scaled by a sigmoid gate.
+ *
+ * The pass's (token, choice) pairs are grouped by expert first, so each
+ * expert's weights are read once for all the tokens that picked it (a
+ * prompt pass reads every picked expert once, not once per token). The
+ * experts then run one after another with OpenMP over their rows, or, when
+ * there are at least as many picked experts as threads (or each is too
+ * small to split), side by side, one thread each.
+ */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "model.h"
+
+/*
+ * Route token row `logits` [E]: the top k experts into ids[k] (highest
+ * probability first; a tie keeps the lower index, as no margin-respecting
+ * router meets) and their weights into w[k].
+ */
+static void route(const float *logits, int E, int k, bool renorm, int *ids, float *w)
+{
+    float mx = logits[0];
+    for (int e = 1; e < E; e++)
+        mx = logits[e] > mx ? logits[e] : mx;
+    double sum = 0.0;
+    for (int e = 0; e < E; e++)
+        sum += exp((double)logits[e] - mx);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j && !taken; i++)
+                taken = ids[i] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best]))
+                best = e;
+        }
+        ids[j] = best;
+        /* transformers' probabilities are fp32 (router_logits.float()). */
+        w[j] = (float)(exp((double)logits[best] - mx) / sum);
+    }
+    if (renorm) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++)
+            s += w[j];
+        for (int j = 0; j < k; j++)
+            w[j] /= s;
+    }
+}
+
+/* One expert's SwiGLU (or GeGLU) over its cnt slots' rows of x, the result
+ * back into those rows of x. */
+static void run_expert(const k_ctx *kc, const cfg_model *c, const moe_expert *ex, int cnt, float *x, float *h,
+                       float *h2)
+{
+    k_matmul(kc, h, x, cnt, &ex->w_gate, NULL);
+    k_matmul(kc, h2, x, cnt, &ex->w_up, NULL);
+    if (c->act == CFG_ACT_GELU_TANH)
+        k_geglu(kc, h, h2, (size_t)cnt * c->moe_ffn_dim);
+    else
+        k_swiglu(kc, h, h2, (size_t)cnt * c->moe_ffn_dim);
+    k_matmul(kc, x, h, cnt, &ex->w_down, NULL);
+}
+
+void cpu_moe(const engine_session *s, int l, int n, const float *in, float *out)
+{
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    const k_ctx *kc = &s->kc;
+    const int E = c->n_experts, k = c->n_experts_used, dim = c->dim, F = c->moe_ffn_dim;
+    const bool renorm = m->arch->moe_renorm || c->norm_topk_prob;
+    int *first = s->moe_first;
+
+    /* Route every token; count each expert's slots. */
+    k_matmul(kc, s->moe_logits, in, n, &L->router, NULL);
+    memset(first, 0, (size_t)(E + 1) * sizeof *first);
+    for (int t = 0; t < n; t++) {
+        route(s->moe_logits + (size_t)t * E, E, k, renorm, s->moe_slot + (size_t)t * k, s->moe_w + (size_t)t * k);
+        for (int j = 0; j < k; j++)
+            first[s->moe_slot[(size_t)t * k + j] + 1]++;
+    }
+    for (int e = 0; e < E; e++)
+        first[e + 1] += first[e];
+    /* Slots in token order within each expert; moe_slot turns from the
+     * expert chosen into the slot holding that choice, moe_w follows. The
+     * weights are read back through moe_slot, so they stay per choice. */
+    int active = 0, most = 0;
+    {
+        int *fill = first + E + 1;
+        for (int e = 0; e < E; e++) {
+            fill[e] = first[e];
+            const int cnt = first[e + 1] - first[e];
+            active += cnt > 0;
+            most = cnt > most ? cnt : most;
+        }
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < k; j++) {
+                int *sl = &s->moe_slot[(size_t)t * k + j];
+                const int slot = fill[*sl]++;
+                s->moe_tok[slot] = t;
+                *sl = slot;
+            }
+    }
+    for (int slot = 0; slot < n * k; slot++)
+        memcpy(s->moe_x + (size_t)slot * dim, in + (size_t)s->moe_tok[slot] * dim, (size_t)dim * sizeof(float));
+
+    /* The shared expert reads `in` too, so it runs before out is written. */
+    if (L->shared.w_gate.data) {
+        const int SF = c->shared_ffn_dim;
+        k_matmul(kc, s->moe_gate, in, n, &L->shared_gate, NULL);
+        k_matmul(kc, s->hb, in, n, &L->shared.w_gate, NULL);
+        k_matmul(kc, s->hb2, in, n, &L->shared.w_up, NULL);
+        if (c->act == CFG_ACT_GELU_TANH)
+            k_geglu(kc, s->hb, s->hb2, (size_t)n * SF);
+        else
+            k_swiglu(kc, s->hb, s->hb2, (size_t)n * SF);
+        k_matmul(kc, out, s->hb, n, &L->shared.w_down, NULL);
+        for (int t = 0; t < n; t++) {
+            const float g = 1.0f / (1.0f + expf(-s->moe_gate[t]));
+            for (int i = 0; i < dim; i++)
+                out[(size_t)t * dim + i] *= g;
+        }
+    } else {
+        memset(out, 0, (size_t)n * dim * sizeof *out);
+    }
+
+    /* The picked experts, each over its slots. A product below
+     * K_PARALLEL_MIN_WORK runs on one thread anyway (k_matmul), so small
+     * experts go side by side too. */
+    const bool side_by_side =
+        kc->n_threads > 1 && (active >= kc->n_threads || (double)most * F * dim < K_PARALLEL_MIN_WORK);
+    if (side_by_side) {
+#pragma omp parallel for num_threads(kc->n_threads) schedule(dynamic, 1)
+        for (int e = 0; e < E; e++) {
+            const int cnt = first[e + 1] - first[e];
+            if (cnt == 0)
+                continue;
+            const int tid = omp_get_thread_num();
+            const k_ctx one = {1, kc->scratch ? kc->scratch + (size_t)tid * kc->scratch_per_thread : NULL,
+                               kc->scratch_per_thread};
+            run_expert(&one, c, &L->experts[e], cnt, s->moe_x + (size_t)first[e] * dim,
+                       s->moe_h + (size_t)first[e] * F, s->moe_h2 + (size_t)first[e] * F);
+        }
+    } else {
+        for (int e = 0; e < E; e++) {
+            const int cnt = first[e + 1] - first[e];
+            if (cnt > 0)
+                run_expert(kc, c, &L->experts[e], cnt, s->moe_x + (size_t)first[e] * dim,
+                           s->moe_h + (size_t)first[e] * F, s->moe_h2 + (size_t)first[e] * F);
+        }
+    }
+
+    /* Each token's choices, weighted, in the order it chose them: the sum
+     * does not depend on how the experts were scheduled. */
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < k; j++) {
+            const int slot = s->moe_slot[(size_t)t * k + j];
+            const float w = s->moe_w[(size_t)t * k + j];
+            const float *y = s->moe_x + (size_t)slot * dim;
+            float *o = out + (size_t)t * dim;
+            for (int i = 0; i < dim; i++)
+                o[i] += w * y[i];
+        }
+}
