@@ -130,17 +130,52 @@ static engine_status add_part(plan *p, const char *base, const char *suffix, st_
     return ENGINE_OK;
 }
 
-/* A matrix in a floating type: what can be quantized. */
-static bool dense_matrix(const st_tensor *t)
+/* Whether name ends with suffix; *stem gets the length before it. */
+static bool ends_with(const char *name, const char *suffix, size_t *stem)
 {
-    return t && t->n_dims == 2 && (t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16) &&
-           t->shape[0] <= INT32_MAX && t->shape[1] <= INT32_MAX;
+    const size_t n = strlen(name), k = strlen(suffix);
+    *stem = n >= k ? n - k : 0;
+    return n >= k && strcmp(name + n - k, suffix) == 0;
 }
 
+/* Experts stacked as transformers 5 holds them: experts.gate_up_proj
+ * [E, 2 * ffn, dim] and experts.down_proj [E, dim, ffn]. */
+static bool stacked_experts(const st_tensor *t)
+{
+    size_t stem;
+    return t->n_dims == 3 && t->shape[0] > 0 &&
+           (ends_with(t->name, "experts.gate_up_proj", &stem) || ends_with(t->name, "experts.down_proj", &stem));
+}
+
+/* A matrix in a floating type (stacked experts: their rows one after another): what can be quantized. */
+static bool dense_matrix(const st_tensor *t)
+{
+    if (!t || (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16))
+        return false;
+    if (t->n_dims == 3)
+        return stacked_experts(t) && t->shape[0] * t->shape[1] <= INT32_MAX && t->shape[2] <= INT32_MAX;
+    return t->n_dims == 2 && t->shape[0] <= INT32_MAX && t->shape[1] <= INT32_MAX;
+}
+
+/* Columns of a quantizable matrix: its last dimension. */
+static int64_t mat_cols(const st_tensor *t)
+{
+    return t->shape[t->n_dims - 1];
+}
+
+/* The linear weights: *_proj.weight, Mixtral's experts.N.w1/w2/w3.weight and
+ * stacked experts. Routers (mlp.gate.weight, shared_expert_gate.weight) are
+ * not: as bitsandbytes leaves them, a rounded router would change which
+ * experts run. */
 static bool wants_quant(const st_tensor *t, const engine_quantize_params *qp)
 {
-    const size_t len = strlen(t->name), k = strlen("_proj.weight");
-    if (!dense_matrix(t) || len < k || strcmp(t->name + len - k, "_proj.weight") != 0)
+    size_t stem;
+    if (!dense_matrix(t))
+        return false;
+    const bool w123 = strstr(t->name, ".experts.") &&
+                      (ends_with(t->name, ".w1.weight", &stem) || ends_with(t->name, ".w2.weight", &stem) ||
+                       ends_with(t->name, ".w3.weight", &stem));
+    if (!ends_with(t->name, "_proj.weight", &stem) && !w123 && !stacked_experts(t))
         return false;
     for (size_t i = 0; i < qp->n_skip; i++)
         if (qp->skip[i] && fnmatch(qp->skip[i], t->name, 0) == 0)
@@ -166,7 +201,7 @@ static engine_status plan_quantized_parts(plan *p, size_t i, const char *base, c
 {
     const st_tensor *t = st_at(p->in, i);
     engine_status st;
-    const int64_t rows = nrows, cols = t->shape[1], n = rows * cols;
+    const int64_t rows = nrows, cols = mat_cols(t), n = rows * cols;
     if (q->type == K_I8) {
         if ((st = add_part(p, base, "", ST_I8, 2, rows, cols, P_DATA, i, e)))
             return st;
@@ -187,12 +222,40 @@ static engine_status plan_quantized_parts(plan *p, size_t i, const char *base, c
                     ST_U8, 1, jlen, 0, P_STATE, i, e);
 }
 
-/* Whether name ends with suffix; *stem gets the length before it. */
-static bool ends_with(const char *name, const char *suffix, size_t *stem)
+/*
+ * Stacked experts are quantized as their per-expert parts, written under
+ * the per-expert names (experts.N.gate_proj/up_proj/down_proj.weight),
+ * which the loader reads as it reads a per-expert checkpoint: each expert
+ * its own 4-bit blocks and statistics, the same bits as quantizing the
+ * experts while loading.
+ */
+static engine_status plan_stacked(plan *p, size_t i, bool *done, err_buf *e)
 {
-    const size_t n = strlen(name), k = strlen(suffix);
-    *stem = n >= k ? n - k : 0;
-    return n >= k && strcmp(name + n - k, suffix) == 0;
+    const st_tensor *t = st_at(p->in, i);
+    size_t stem;
+    *done = stacked_experts(t);
+    if (!*done)
+        return ENGINE_OK;
+    const bool gu = ends_with(t->name, "experts.gate_up_proj", &stem);
+    if (!gu)
+        ends_with(t->name, "experts.down_proj", &stem);
+    const int E = (int)t->shape[0], R = (int)t->shape[1];
+    if (gu && R % 2 != 0)
+        return err_set(e, ENGINE_ERR_FORMAT, "%s: tensor '%s' has an odd number of rows (%d) for gate and up",
+                       st_file_path(p->in, t->shard), t->name, R);
+    for (int x = 0; x < E; x++)
+        for (int part = 0; part < (gu ? 2 : 1); part++) {
+            char name[NAME_MAX_LEN];
+            const int n = snprintf(name, sizeof name, "%.*sexperts.%d.%s", (int)stem, t->name, x,
+                                   !gu ? "down_proj.weight" : part ? "up_proj.weight" : "gate_proj.weight");
+            if (n < 0 || (size_t)n >= sizeof name)
+                return err_set(e, ENGINE_ERR_UNSUPPORTED, "quantize: tensor name '%s' is too long", t->name);
+            const int rows = gu ? R / 2 : R;
+            engine_status st = plan_quantized(p, i, name, p->quant[i], x * R + part * rows, rows, e);
+            if (st)
+                return st;
+        }
+    return ENGINE_OK;
 }
 
 /*
@@ -252,6 +315,8 @@ static engine_status plan_source(plan *p, size_t i, err_buf *e)
     if (p->quant[i] && i != p->tied_src) {
         bool fused = false;
         engine_status st = plan_fused(p, i, &fused, e);
+        if (!st && !fused)
+            st = plan_stacked(p, i, &fused, e);
         if (st || fused)
             return st;
         return plan_quantized(p, i, t->name, p->quant[i], 0, (int)t->shape[0], e);
@@ -432,7 +497,7 @@ static engine_status write_source(const plan *p, size_t i, size_t first, const i
             q_weight_free(&qw);
             memset(&qw, 0, sizeof qw);
             piece = o->row0;
-            const int cols = (int)t->shape[1];
+            const int cols = (int)mat_cols(t);
             src = (k_weight){(const char *)t->data + (size_t)o->row0 * cols * k_dtype_size(kd), kd, o->rows, cols};
             if ((st = q_quantize_weight(&src, q, n_threads, &qw, what, e)))
                 break;
