@@ -311,6 +311,24 @@ static void test_defaults_and_layouts(void)
     CHECK(m.n_eos == 8 && m.eos_ids[7] == 12);
     CHECK(load_text(config_with("\"max_position_embeddings\": 8192.0", NULL), &m, &e) == ENGINE_OK);
     CHECK(m.max_position == 8192);
+
+    /* Experts: num_local_experts before num_experts; mlp_only_layers as bits. */
+    CHECK(m.n_experts == 0 && !cfg_layer_moe(&m, 0));
+    CHECK(load_text(config_with("\"num_local_experts\": 8, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
+                                " \"moe_intermediate_size\": 32, \"shared_expert_intermediate_size\": 96,"
+                                " \"norm_topk_prob\": true, \"decoder_sparse_step\": 2, \"mlp_only_layers\": [1],"
+                                " \"clip_qkv\": null",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(m.n_experts == 8 && m.n_experts_used == 2 && m.moe_ffn_dim == 32 && m.shared_ffn_dim == 96 &&
+          m.norm_topk_prob && m.decoder_sparse_step == 2 && m.mlp_only_layers[0] == 2 && !m.clip_qkv_given);
+    CHECK(!cfg_layer_moe(&m, 0) && !cfg_layer_moe(&m, 1)); /* not on the step; dense by mlp_only_layers */
+    CHECK(load_text(config_with("\"num_experts\": 4, \"num_experts_per_tok\": 4, \"mlp_only_layers\": [1],"
+                                " \"clip_qkv\": 8",
+                                NULL),
+                    &m, &e) == ENGINE_OK);
+    CHECK(m.n_experts == 4 && m.decoder_sparse_step == 1 && cfg_layer_moe(&m, 0) && !cfg_layer_moe(&m, 1) &&
+          m.clip_qkv_given);
 }
 
 static void test_bad_model(void)
@@ -393,6 +411,13 @@ static void test_bad_model(void)
     expect_model(config_with("\"rope_scaling\": {\"factor\": 2.0}", NULL), ENGINE_ERR_FORMAT, "no 'rope_type'");
     expect_model(config_with("\"rope_scaling\": [1]", NULL), ENGINE_ERR_FORMAT, "'rope_scaling' must be an object");
     expect_model(config_with("\"rope_theta\": \"big\"", NULL), ENGINE_ERR_FORMAT, "'rope_theta'");
+    expect_model(config_with("\"num_experts\": 4, \"num_experts_per_tok\": 5", NULL), ENGINE_ERR_FORMAT,
+                 "'num_experts_per_tok' is 5; it must be at most num_experts (4)");
+    expect_model(config_with("\"num_experts_per_tok\": 0", NULL), ENGINE_ERR_FORMAT, "'num_experts_per_tok'");
+    expect_model(config_with("\"decoder_sparse_step\": 0", NULL), ENGINE_ERR_FORMAT, "'decoder_sparse_step'");
+    expect_model(config_with("\"mlp_only_layers\": [2]", NULL), ENGINE_ERR_FORMAT, "'mlp_only_layers'[0]");
+    expect_model(config_with("\"mlp_only_layers\": 1", NULL), ENGINE_ERR_FORMAT,
+                 "'mlp_only_layers' must be a list of layer indices");
 
     expect_model("{\"architectures\": [\"LlamaForCausalLM\"],\n  \"hidden_size\": 64,,\n}", ENGINE_ERR_FORMAT,
                  "line 2");

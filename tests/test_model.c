@@ -370,6 +370,79 @@ static void test_session_limits(void)
     engine_model_free(m);
 }
 
+/*
+ * MoE configs: qwen3moe_f32 on one thread (its experts then run one after
+ * another, rows in parallel, where two threads run them side by side) must
+ * still give the reference; without a key the row needs, or with OLMoE's
+ * clip_qkv set, loading fails in one line naming the key.
+ */
+static void test_moe_configs(void)
+{
+    if (test_device() == ENGINE_DEVICE_CUDA)
+        return; /* the MoE rows run on the CPU only */
+    char src[1024], dir[] = "/tmp/test_model_moe_XXXXXX", path[1200], from[1200];
+    snprintf(src, sizeof src, "%s/models/qwen3moe_f32", getenv("ENGINE_TEST_DATA") ? getenv("ENGINE_TEST_DATA") : "tests/data");
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(from, sizeof from, "%s/model.safetensors", src);
+    CHECK(copy_file(from, path));
+    json_error_t je;
+    snprintf(from, sizeof from, "%s/reference.json", src);
+    json_t *ref = json_load_file(from, 0, &je);
+    snprintf(from, sizeof from, "%s/config.json", src);
+    json_t *cfg = json_load_file(from, 0, &je);
+    CHECK(ref && cfg);
+    static const struct {
+        const char *key;  /* deleted, or set to value */
+        int value;        /* < 0: delete */
+        const char *want; /* in the error; NULL: loads and gives the reference on one thread */
+    } cases[] = {{"num_experts_per_tok", 4, NULL},
+                 {"num_experts_per_tok", -1, "'num_experts_per_tok'"},
+                 {"num_experts_per_tok", 17, "'num_experts_per_tok' is 17"},
+                 {"moe_intermediate_size", -1, "'moe_intermediate_size'"},
+                 {"clip_qkv", 8, "'clip_qkv'"},
+                 {"mlp_only_layers", 9, "'mlp_only_layers'"}};
+    for (size_t i = 0; ref && cfg && i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *c = json_deep_copy(cfg);
+        if (cases[i].value < 0)
+            json_object_del(c, cases[i].key);
+        else if (!strcmp(cases[i].key, "mlp_only_layers"))
+            json_object_set_new(c, cases[i].key, json_pack("[i]", cases[i].value));
+        else
+            json_object_set_new(c, cases[i].key, json_integer(cases[i].value));
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        CHECK(json_dump_file(c, path, 0) == 0);
+        json_decref(c);
+        char err[512] = "";
+        engine_model_params mp = engine_model_default_params();
+        mp.n_threads = 1;
+        engine_model *m = NULL;
+        const engine_status st = engine_model_load(dir, &mp, &m, err, sizeof err);
+        if (cases[i].want) {
+            CHECK_MSG(st != ENGINE_OK && !m && strstr(err, cases[i].want) && !strchr(err, '\n'),
+                      "qwen3moe_f32 with %s %d: status %d, '%s'", cases[i].key, cases[i].value, st, err);
+            engine_model_free(m);
+            continue;
+        }
+        CHECK_MSG(st == ENGINE_OK, "%s", err);
+        if (!m)
+            continue;
+        int32_t prompt[64], gen[64];
+        const size_t np = json_ids(json_object_get(ref, "prompt_ids"), prompt, 64);
+        const size_t ng = json_ids(json_object_get(ref, "greedy_ids"), gen, 64);
+        engine_session *s = session(m, 64);
+        check_greedy("qwen3moe_f32 (one thread)", s, 512, prompt, np, json_object_get(ref, "prompt_logits_last"), gen,
+                     ng, json_object_get(ref, "final_logits"), 1e-4);
+        engine_session_free(s);
+        engine_model_free(m);
+    }
+    json_decref(ref);
+    json_decref(cfg);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     test_stories();
@@ -384,6 +457,7 @@ int main(void)
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
         test_fixture(fixtures[i].name, fixtures[i].cpu_only);
     test_window_pattern();
+    test_moe_configs();
     test_session_limits();
     return test_finish("test_model");
 }
