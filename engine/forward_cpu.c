@@ -202,15 +202,12 @@ void forward_cpu_layer(engine_session *s, int l, int n, int pos0)
 uint64_t cpu_layer_bytes(const engine_model *m, int l)
 {
     const layer_weights *L = &m->layers[l];
-    const k_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
-                           &L->router, &L->shared.w_gate, &L->shared.w_up, &L->shared.w_down, &L->shared_gate};
+    const k_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
     uint64_t b = 0;
+    /* An expert layer's MLP matrices are NULL: cpu_layer_rate's pass, which
+     * these bytes are for, computes its attention alone. */
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
         b += w[i]->data ? k_weight_bytes(w[i]) : 0;
-    /* Every expert: what the layer holds, not what one token reads. */
-    for (int e = 0; L->experts && e < m->cfg.n_experts; e++)
-        b += k_weight_bytes(&L->experts[e].w_gate) + k_weight_bytes(&L->experts[e].w_up) +
-             k_weight_bytes(&L->experts[e].w_down);
     return b;
 }
 

@@ -394,7 +394,8 @@ static inline int model_host_threads(const engine_model *m)
 {
     return m->n_threads > 1 ? m->n_threads - 1 : 1;
 }
-/* Bytes of layer l's seven matrices as the CPU reads them. */
+/* Bytes of layer l's seven matrices as the CPU reads them (an expert
+ * layer's attention alone: its dense MLP matrices are NULL). */
 uint64_t cpu_layer_bytes(const engine_model *m, int l);
 /*
  * Bytes per second at which this host computes one token through the given

@@ -176,8 +176,28 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
                        *down[] = {&L->w_down};
         mat_bytes(&off, qkv, 3, wt, q, &w->deq_elems);
         mat_bytes(&off, o, 1, wt, q, &w->deq_elems);
-        mat_bytes(&off, gu, 2, wt, q, &w->deq_elems);
-        mat_bytes(&off, down, 1, wt, q, &w->deq_elems);
+        if (!L->experts) {
+            mat_bytes(&off, gu, 2, wt, q, &w->deq_elems);
+            mat_bytes(&off, down, 1, wt, q, &w->deq_elems);
+        } else {
+            /* An expert layer: every expert's gate and up stacked, and its
+             * down (all of them: which a token picks is known only then),
+             * a shared expert likewise; the router and the shared gate
+             * stay as stored (quantize_on_load leaves them). */
+            const k_weight *router[] = {&L->router}, *sgate[] = {&L->shared_gate};
+            mat_bytes(&off, router, 1, wt, ENGINE_QUANT_NONE, NULL);
+            for (int x = 0; x < c->n_experts; x++) {
+                const k_weight *egu[] = {&L->experts[x].w_gate, &L->experts[x].w_up}, *ed[] = {&L->experts[x].w_down};
+                mat_bytes(&off, egu, 2, wt, q, &w->deq_elems);
+                mat_bytes(&off, ed, 1, wt, q, &w->deq_elems);
+            }
+            if (L->shared.w_gate.data) {
+                const k_weight *sgu[] = {&L->shared.w_gate, &L->shared.w_up}, *sd[] = {&L->shared.w_down};
+                mat_bytes(&off, sgu, 2, wt, q, &w->deq_elems);
+                mat_bytes(&off, sd, 1, wt, q, &w->deq_elems);
+                mat_bytes(&off, sgate, 1, wt, ENGINE_QUANT_NONE, NULL);
+            }
+        }
         off = round_up(off, PLAN_ALIGN);
         w->layer_mats[l] = off - start;
         vec_bytes(&off, &L->attn_norm, K_F32);
@@ -217,8 +237,9 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
     uint64_t widest = (uint64_t)c->dim;
     if (qd > widest)
         widest = qd;
-    if ((uint64_t)c->ffn_dim > widest)
-        widest = (uint64_t)c->ffn_dim;
+    const uint64_t ffn = (uint64_t)model_ffn_max(c); /* a shared expert may be wider */
+    if (ffn > widest)
+        widest = ffn;
     plan_session_bufs b;
     uint64_t off = 0;
     b.x = carve(base, &off, nb * c->dim * sizeof(float), PLAN_ALIGN);
@@ -226,7 +247,7 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
     b.qkv = carve(base, &off, nb * (qd + 2 * kvd) * sizeof(float), PLAN_ALIGN);
     b.q = carve(base, &off, nb * qd * sizeof(float), PLAN_ALIGN);
     b.att = carve(base, &off, qd * sizeof(float), PLAN_ALIGN);
-    b.gu = carve(base, &off, nb * 2 * (uint64_t)c->ffn_dim * sizeof(float), PLAN_ALIGN);
+    b.gu = carve(base, &off, nb * 2 * ffn * sizeof(float), PLAN_ALIGN);
     b.logits = carve(base, &off, (uint64_t)c->vocab_size * sizeof(float), PLAN_ALIGN);
     b.rope_cos = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
     b.rope_sin = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
@@ -235,6 +256,16 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
     if (c->rope_local_theta > 0.0) {
         b.rope_cos_local = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
         b.rope_sin_local = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
+    }
+    /* Expert layers route each token to k experts: router logits and, per
+     * (token, choice), its input, hidden state and output, as the CPU
+     * session holds them. Counted so the plan holds them; the CUDA session
+     * runs no expert layer yet and names no buffer for them. */
+    if (c->n_experts > 0) {
+        const uint64_t slots = nb * (uint64_t)c->n_experts_used;
+        carve(base, &off, nb * (uint64_t)c->n_experts * sizeof(float), PLAN_ALIGN);
+        carve(base, &off, slots * (2 * (uint64_t)c->dim + 2 * (uint64_t)c->moe_ffn_dim + 3) * sizeof(float),
+              PLAN_ALIGN);
     }
     b.argmax_scratch = carve(base, &off, argmax_bytes, PLAN_ALIGN);
     b.deq = carve(base, &off, deq_elems * ws, PLAN_ALIGN);

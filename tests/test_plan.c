@@ -728,6 +728,52 @@ static void test_stories(void)
 }
 
 /*
+ * MoE fixtures loaded on the CPU: an expert layer's weights are all its
+ * experts (which a token picks is known only when it runs), its router,
+ * and Qwen2-MoE's shared expert and gate; a dense layer (qwen2moe_f32's
+ * layer 1, by mlp_only_layers) is sized as one. f32, every part a multiple
+ * of PLAN_ALIGN.
+ */
+static void test_moe_fixtures(void)
+{
+    static const struct {
+        const char *name;
+        uint64_t layer[3];
+    } cases[] = {
+        /* q/k/v (64+32+32)x64, o 64x64, router 8x64, 8 experts of gate/up 2x48x64 and down 64x48, two norms */
+        {"models/mixtral_f32", {(128 * 64 + 64 * 64 + 8 * 64 + 8 * (96 * 64 + 64 * 48) + 2 * 64) * 4,
+                                (128 * 64 + 64 * 64 + 8 * 64 + 8 * (96 * 64 + 64 * 48) + 2 * 64) * 4, 0}},
+        /* ... q/k/v biases, experts of 32, a shared expert of 160 and its 1x64 gate; layer 1 a dense MLP of 96 */
+        {"models/qwen2moe_f32",
+         {(128 * 64 + 128 + 64 * 64 + 8 * 64 + 8 * (64 * 64 + 64 * 32) + 320 * 64 + 64 * 160 + 64 + 2 * 64) * 4,
+          (128 * 64 + 128 + 64 * 64 + 192 * 64 + 64 * 96 + 2 * 64) * 4,
+          (128 * 64 + 128 + 64 * 64 + 8 * 64 + 8 * (64 * 64 + 64 * 32) + 320 * 64 + 64 * 160 + 64 + 2 * 64) * 4}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[512], err[512];
+        engine_model_params mp = engine_model_default_params();
+        mp.device = ENGINE_DEVICE_CPU;
+        engine_model *m = NULL;
+        if (engine_model_load(test_data_path(path, sizeof path, cases[i].name), &mp, &m, err, sizeof err)) {
+            CHECK_MSG(0, "%s", err);
+            continue;
+        }
+        engine_plan_params p = engine_plan_default_params();
+        p.vram_budget = 8 * GiB;
+        p.n_ctx = 64;
+        engine_plan *plan = NULL;
+        CHECK_MSG(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_OK, "%s", err);
+        engine_model_free(m);
+        for (int l = 0; plan && l < 3 && cases[i].layer[l]; l++) {
+            const engine_plan_entry *r = engine_plan_entry_at(plan, 1 + (size_t)l);
+            CHECK_MSG(r->weight_bytes == cases[i].layer[l], "%s layer %d: %llu bytes, want %llu", cases[i].name, l,
+                      (unsigned long long)r->weight_bytes, (unsigned long long)cases[i].layer[l]);
+        }
+        engine_plan_free(plan);
+    }
+}
+
+/*
  * Gemma 2 9B's shape: two more fp32 norms a layer (on the attention and
  * MLP outputs), a tied 256,000-row head read once per token, and a window
  * of 4096 on every other layer (layers 0, 2, ...: a ring; the rest hold the
@@ -785,6 +831,7 @@ int main(void)
     test_refusal();
     test_bad_args();
     test_stories();
+    test_moe_fixtures();
     test_gpu_table();
     test_gpu_names();
     test_named_gpu_8b();
