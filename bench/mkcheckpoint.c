@@ -1,6 +1,7 @@
 /*
  * mkcheckpoint.c: writes a random-weight Hugging Face checkpoint (Llama,
- * Gemma 2, Gemma 3 text or Phi-3 layout)
+ * Gemma 2, Gemma 3 text, Phi-3, or the mixture-of-experts Mixtral, Qwen3-MoE
+ * and OLMoE layouts, experts stored per expert as transformers saves them)
  * (config.json and model.safetensors, or shards and an index past the shard
  * size, named as transformers names them) so that loading and throughput can
  * be measured at real model shapes without downloading weights.
@@ -8,7 +9,8 @@
  * Standalone on purpose (libc and libm only, not the engine): a benchmark
  * input must not depend on the code it measures.
  *
- *   mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|gemma-2-9b|gemma-3-4b|phi-3.5-mini|tiny
+ *   mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|gemma-2-9b|gemma-3-4b|phi-3.5-mini|
+ *                        mixtral-8x7b|qwen3-30b-a3b|olmoe-1b-7b|tiny
  *                --dtype bf16|f16|f32 [--seed S] [--shard-size 5G] OUTDIR
  *
  * Weights are uniform with std 0.02 (norm weights 1.0, Gemma's 0.0: its
@@ -16,7 +18,8 @@
  * tensor index): the same seed gives the same bytes. The shapes are the
  * published configs' (Gemma 3 4B: its text model, as Gemma3ForCausalLM);
  * Phi-3.5-mini's longrope factors are made up (48 of each, as its head needs),
- * not Microsoft's.
+ * not Microsoft's. MoE routers are random like the rest, so routing is
+ * near uniform (trained routers are not).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -34,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef enum { ARCH_LLAMA, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3 } arch_t;
+typedef enum { ARCH_LLAMA, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3, ARCH_MIXTRAL, ARCH_QWEN3MOE, ARCH_OLMOE } arch_t;
 
 typedef struct shape_def {
     const char *name;
@@ -44,6 +47,7 @@ typedef struct shape_def {
     int rope_orig_max_pos, bos, eos;
     arch_t arch;  /* Llama's layout unless said */
     int window;   /* Gemma: sliding_window */
+    int experts, top_k, moe_ffn; /* MoE: experts a layer, routed to per token, each one's width */
 } shape_def;
 
 static const shape_def shapes[] = {
@@ -60,6 +64,15 @@ static const shape_def shapes[] = {
     /* microsoft/Phi-3.5-mini-instruct: fused qkv/gate_up, longrope from 4096 to 131072. */
     {"phi-3.5-mini", 3072, 32, 32, 32, 96, 8192, 32064, 131072, false, 1e-5, 10000.0, 0, 0, 0, 4096, 1, 32000,
      ARCH_PHI3, 0},
+    /* mistralai/Mixtral-8x7B-v0.1: 8 experts of 14336 (intermediate_size), top 2. */
+    {"mixtral-8x7b", 4096, 32, 32, 8, 128, 14336, 32000, 32768, false, 1e-5, 1000000.0, 0, 0, 0, 0, 1, 2,
+     ARCH_MIXTRAL, 0, 8, 2, 14336},
+    /* Qwen/Qwen3-30B-A3B: 128 experts of 768, top 8, q/k norms, every layer sparse. */
+    {"qwen3-30b-a3b", 2048, 48, 32, 4, 128, 6144, 151936, 40960, false, 1e-6, 1000000.0, 0, 0, 0, 0, 151643,
+     151645, ARCH_QWEN3MOE, 0, 128, 8, 768},
+    /* allenai/OLMoE-1B-7B-0924: 64 experts of 1024, top 8, q/k norms over whole projections. */
+    {"olmoe-1b-7b", 2048, 16, 16, 16, 128, 1024, 50304, 4096, false, 1e-5, 10000.0, 0, 0, 0, 0, 50279, 50279,
+     ARCH_OLMOE, 0, 64, 8, 1024},
     /* Smoke test: same features as 8B (GQA, untied head, llama3 RoPE), tiny sizes. */
     {"tiny", 64, 2, 4, 2, 16, 176, 512, 2048, false, 1e-5, 500000.0, 8.0, 1.0, 4.0, 256, 1, 2, ARCH_LLAMA, 0},
 };
@@ -137,7 +150,8 @@ static void fail(const char *fmt, ...)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|gemma-2-9b|gemma-3-4b|phi-3.5-mini|tiny\n"
+    fprintf(f, "usage: mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|gemma-2-9b|gemma-3-4b|phi-3.5-mini|\n"
+               "                            mixtral-8x7b|qwen3-30b-a3b|olmoe-1b-7b|tiny\n"
                "                    --dtype bf16|f16|f32 [--seed S] [--shard-size 5G] OUTDIR\n"
                "Writes OUTDIR/config.json and random weights as OUTDIR/model.safetensors, or as\n"
                "model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json when\n"
@@ -496,8 +510,55 @@ static int phi3_config(text *t, const shape_def *s, dtype_t dt)
     return rc ? rc : text_add(t, "  }\n}\n");
 }
 
+/* Mixtral, Qwen3-MoE and OLMoE as their published configs have them. */
+static int moe_config(text *t, const shape_def *s, dtype_t dt)
+{
+    const bool mixtral = s->arch == ARCH_MIXTRAL, qwen = s->arch == ARCH_QWEN3MOE;
+    int rc = text_add(t,
+                      "{\n"
+                      "  \"architectures\": [\"%s\"],\n"
+                      "  \"model_type\": \"%s\",\n"
+                      "  \"attention_bias\": false,\n"
+                      "  \"bos_token_id\": %d,\n"
+                      "  \"eos_token_id\": %d,\n"
+                      "  \"hidden_act\": \"silu\",\n"
+                      "  \"hidden_size\": %d,\n"
+                      "  \"intermediate_size\": %d,\n"
+                      "  \"max_position_embeddings\": %d,\n"
+                      "  \"num_attention_heads\": %d,\n"
+                      "  \"num_hidden_layers\": %d,\n"
+                      "  \"num_key_value_heads\": %d,\n"
+                      "  \"%s\": %d,\n"
+                      "  \"num_experts_per_tok\": %d,\n"
+                      "  \"rms_norm_eps\": %g,\n"
+                      "  \"rope_theta\": %.1f,\n"
+                      "  \"tie_word_embeddings\": %s,\n"
+                      "  \"torch_dtype\": \"%s\",\n",
+                      mixtral ? "MixtralForCausalLM" : qwen ? "Qwen3MoeForCausalLM" : "OlmoeForCausalLM",
+                      mixtral ? "mixtral" : qwen ? "qwen3_moe" : "olmoe", s->bos, s->eos, s->hidden, s->ffn,
+                      s->max_pos, s->heads, s->layers, s->kv_heads, mixtral ? "num_local_experts" : "num_experts",
+                      s->experts, s->top_k, s->rms_eps, s->rope_theta, s->tied ? "true" : "false",
+                      dtypes[dt].torch_name);
+    if (rc == 0 && mixtral)
+        rc = text_add(t, "  \"sliding_window\": null,\n");
+    if (rc == 0 && qwen)
+        rc = text_add(t,
+                      "  \"head_dim\": %d,\n"
+                      "  \"moe_intermediate_size\": %d,\n"
+                      "  \"norm_topk_prob\": true,\n"
+                      "  \"decoder_sparse_step\": 1,\n"
+                      "  \"mlp_only_layers\": [],\n"
+                      "  \"use_sliding_window\": false,\n",
+                      s->head_dim, s->moe_ffn);
+    if (rc == 0 && s->arch == ARCH_OLMOE)
+        rc = text_add(t, "  \"clip_qkv\": null,\n  \"norm_topk_prob\": false,\n  \"pad_token_id\": 1,\n");
+    return rc ? rc : text_add(t, "  \"vocab_size\": %d\n}\n", s->vocab);
+}
+
 static int config_json(text *t, const shape_def *s, dtype_t dt)
 {
+    if (s->experts > 0)
+        return moe_config(t, s, dt);
     return s->arch == ARCH_PHI3 ? phi3_config(t, s, dt)
            : s->arch == ARCH_LLAMA ? llama_config(t, s, dt)
                                    : gemma_config(t, s, dt);
@@ -511,7 +572,7 @@ static int tensor_name_cmp(const void *a, const void *b)
 static int build_tensors(const shape_def *s, dtype_t dt, tensor_def **out)
 {
     const bool gemma = s->arch == ARCH_GEMMA2 || s->arch == ARCH_GEMMA3;
-    const int n = 2 + 13 * s->layers + (s->tied ? 0 : 1); /* at most */
+    const int n = 2 + (13 + 1 + 3 * s->experts) * s->layers + (s->tied ? 0 : 1); /* at most */
     tensor_def *ts = calloc((size_t)n, sizeof *ts);
     if (!ts) {
         fail("out of memory");
@@ -541,15 +602,33 @@ static int build_tensors(const shape_def *s, dtype_t dt, tensor_def **out)
             ADD(kv, d, false, "model.layers.%d.self_attn.k_proj.weight", l);
             ADD(kv, d, false, "model.layers.%d.self_attn.v_proj.weight", l);
         }
-        if (s->arch == ARCH_GEMMA3) {
+        if (s->arch == ARCH_GEMMA3 || s->arch == ARCH_QWEN3MOE) {
             ADD(s->head_dim, 0, true, "model.layers.%d.self_attn.q_norm.weight", l);
             ADD(s->head_dim, 0, true, "model.layers.%d.self_attn.k_norm.weight", l);
+        } else if (s->arch == ARCH_OLMOE) {
+            ADD(q, 0, true, "model.layers.%d.self_attn.q_norm.weight", l);
+            ADD(kv, 0, true, "model.layers.%d.self_attn.k_norm.weight", l);
         }
         ADD(d, q, false, "model.layers.%d.self_attn.o_proj.weight", l);
         ADD(d, 0, true, "model.layers.%d.post_attention_layernorm.weight", l);
         if (gemma) {
             ADD(d, 0, true, "model.layers.%d.pre_feedforward_layernorm.weight", l);
             ADD(d, 0, true, "model.layers.%d.post_feedforward_layernorm.weight", l);
+        }
+        if (s->experts > 0) {
+            /* Per expert, as transformers saves them: Mixtral's w1 (gate),
+             * w3 (up), w2 (down) under block_sparse_moe, the others'
+             * gate_proj/up_proj/down_proj under mlp; the router is "gate". */
+            const bool mx = s->arch == ARCH_MIXTRAL;
+            const char *blk = mx ? "block_sparse_moe" : "mlp";
+            const int64_t f = s->moe_ffn;
+            ADD(s->experts, d, false, "model.layers.%d.%s.gate.weight", l, blk);
+            for (int x = 0; x < s->experts; x++) {
+                ADD(f, d, false, "model.layers.%d.%s.experts.%d.%s.weight", l, blk, x, mx ? "w1" : "gate_proj");
+                ADD(f, d, false, "model.layers.%d.%s.experts.%d.%s.weight", l, blk, x, mx ? "w3" : "up_proj");
+                ADD(d, f, false, "model.layers.%d.%s.experts.%d.%s.weight", l, blk, x, mx ? "w2" : "down_proj");
+            }
+            continue;
         }
         if (s->arch == ARCH_PHI3) {
             ADD(2 * ffn, d, false, "model.layers.%d.mlp.gate_up_proj.weight", l);
@@ -742,7 +821,8 @@ int main(int argc, char **argv)
                 if (strcmp(val, shapes[k].name) == 0)
                     shape = &shapes[k];
             if (!shape) {
-                fail("unknown shape '%s' (llama-3.2-1b, llama-3.1-8b, gemma-2-9b, gemma-3-4b, phi-3.5-mini, tiny)", val);
+                fail("unknown shape '%s' (llama-3.2-1b, llama-3.1-8b, gemma-2-9b, gemma-3-4b, phi-3.5-mini, "
+                     "mixtral-8x7b, qwen3-30b-a3b, olmoe-1b-7b, tiny)", val);
                 return 2;
             }
         } else if (strcmp(opt, "--dtype") == 0) {
