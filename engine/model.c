@@ -293,6 +293,29 @@ static engine_status load(engine_model *m, const char *path, err_buf *e)
 }
 
 /* The load's span and the metadata the trace carries: model, device, plan, budget. */
+/*
+ * What keeps the CUDA backend from running the model: NULL when nothing
+ * does; else what follows the architecture's name in the message ("" where
+ * the whole architecture is missing, arch.c's cuda column).
+ */
+static const char *cuda_gap(const engine_model *m)
+{
+    const cfg_model *c = &m->cfg;
+    if (!m->arch->cuda)
+        return "";
+    /* longrope switches its tables, and computes the cache again, once a
+     * sequence passes its original context (forward_cpu.c's
+     * longrope_select); the CUDA pass's decode graphs and queued greedy
+     * steps have no such switch yet. */
+    if (c->rope_type == CFG_ROPE_LONGROPE)
+        return " with longrope RoPE scaling";
+    /* The decode pass keeps a scaled block output after the ffn_dim values
+     * the down projection reads (cuda/state.h); every real model has room. */
+    if (model_block_out_scaled(m) && c->ffn_dim < c->dim)
+        return " with intermediate_size below hidden_size";
+    return NULL;
+}
+
 static void trace_model(engine_model *m, const char *path, double t0)
 {
     char args[640], a[64];
@@ -365,12 +388,13 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->trace_tid = trace_track(m->trace, "load");
     const double load_t0 = trace_now(m->trace);
     engine_status st = load(m, path, &e);
-    /* An architecture the CUDA backend does not run yet: --device cuda
-     * fails, auto runs it on the CPU (README, "Supported architectures"). */
-    if (!st && m->device == ENGINE_DEVICE_CUDA && !m->arch->cuda) {
+    /* An architecture, or a feature of one, the CUDA backend does not run
+     * yet: --device cuda fails, auto runs it on the CPU (README, "Supported
+     * architectures"). */
+    if (!st && m->device == ENGINE_DEVICE_CUDA && cuda_gap(m)) {
         if (p.device == ENGINE_DEVICE_CUDA)
-            st = err_set(&e, ENGINE_ERR_UNSUPPORTED, "%s: %s (%s) is not yet supported on CUDA; use --device cpu", path,
-                         m->arch->label, m->arch->name);
+            st = err_set(&e, ENGINE_ERR_UNSUPPORTED, "%s: %s (%s)%s is not yet supported on CUDA; use --device cpu",
+                         path, m->arch->label, m->arch->name, cuda_gap(m));
         else
             m->device = ENGINE_DEVICE_CPU;
     }
@@ -403,7 +427,8 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     if (p.device == ENGINE_DEVICE_AUTO && !have_gpu)
         model_log(m, ENGINE_LOG_WARN, "no usable GPU (%s): running on the CPU", why);
     else if (p.device == ENGINE_DEVICE_AUTO && m->device == ENGINE_DEVICE_CPU)
-        model_log(m, ENGINE_LOG_WARN, "%s is not yet supported on CUDA: running on the CPU", m->arch->label);
+        model_log(m, ENGINE_LOG_WARN, "%s%s is not yet supported on CUDA: running on the CPU", m->arch->label,
+                  cuda_gap(m) ? cuda_gap(m) : "");
 #endif
     if (m->trace)
         trace_model(m, path, load_t0);

@@ -251,6 +251,13 @@ struct engine_session {
     err_buf err;
 };
 
+/* Whether a block's output is normed or scaled before it joins the residual
+ * stream (NORMS_POST, NORMS_SANDWICH, Granite's residual_multiplier). */
+static inline bool model_block_out_scaled(const engine_model *m)
+{
+    return m->arch->norms != NORMS_PRE || m->cfg.residual_multiplier != 1.0;
+}
+
 /*
  * The KV cache's shape, which both backends and the planner share. Layer l
  * attends to the last model_layer_window(c, l) positions (0: all of them);

@@ -100,7 +100,7 @@ static int qk_prepare(cuda_session *cs, const engine_session *s, int layer, int 
                                 c->head_dim, (float)c->rms_eps);
 }
 
-/* A block's output y[n, dim] into x where the products could not add it themselves (cuda_unfolded). */
+/* A block's output y[n, dim] into x where the products could not add it themselves (cs->unfolded). */
 static int residual(cuda_session *cs, const engine_session *s, float *y, const float *post_norm, int n)
 {
     const cfg_model *c = &s->model->cfg;
@@ -271,7 +271,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
             TRY(stream_after_layer(cs, l));
             continue;
         }
-        /* Unfolded (cuda_unfolded): the attention output to gu[0, dim), the down projection's to
+        /* Unfolded (cuda_session.unfolded): the attention output to gu[0, dim), the down projection's to
          * gu[ffn, ffn + dim) (it reads gu[0, ffn)), each then added by residual(). */
         const bool unf = cs->unfolded;
         float *o_out = unf ? cs->gu : cs->x, *down_out = unf ? cs->gu + c->ffn_dim : cs->x;
@@ -327,7 +327,7 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
 
     TRY(stream_begin(cs, s, n, true, false));
     TRY(launch_embed(lc, cs->x, cs->cm->tok_emb, cs->cm->emb_t, cs->ids, n, dim, (float)c->embedding_multiplier));
-    /* Unfolded (cuda_unfolded): the attention output and the down projection's to gu (free then: the
+    /* Unfolded (cuda_session.unfolded): the attention output and the down projection's to gu (free then: the
      * gate/up values are written after the first and read, as act, before the second), then residual(). */
     const bool unf = cs->unfolded;
     float *out = unf ? cs->gu : cs->x;

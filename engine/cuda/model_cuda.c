@@ -662,18 +662,6 @@ static void log_paths(const engine_model *m, const cuda_model *cm)
 engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **out, err_buf *e)
 {
     *out = NULL;
-    /* What the CUDA pass does not do yet, one line each (model.c names the path). longrope switches its
-     * tables, and computes the cache again, once a sequence passes its original context (forward_cpu.c's
-     * longrope_select); the decode graphs and the queued greedy steps have no such switch yet. */
-    const cfg_model *c = &m->cfg;
-    if (c->rope_type == CFG_ROPE_LONGROPE)
-        return err_set(e, ENGINE_ERR_UNSUPPORTED,
-                       "%s (%s) with longrope RoPE scaling is not yet supported on CUDA; use --device cpu",
-                       m->arch->label, m->arch->name);
-    if (cuda_unfolded(m) && c->ffn_dim < c->dim)
-        return err_set(e, ENGINE_ERR_UNSUPPORTED,
-                       "%s (%s) with intermediate_size %d below hidden_size %d is not yet supported on CUDA; use "
-                       "--device cpu", m->arch->label, m->arch->name, c->ffn_dim, c->dim);
     cuda_model *cm = calloc(1, sizeof *cm);
     if (!cm)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");

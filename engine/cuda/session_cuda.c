@@ -65,7 +65,7 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     if (!cs)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     cs->cm = m->cuda;
-    cs->unfolded = cuda_unfolded(m);
+    cs->unfolded = model_block_out_scaled(m);
     cs->lc.n_sms = cs->cm->n_sms;
     cs->lc.cc = cs->cm->paths.cc;
     cs->lc.smem_max = cs->cm->paths.smem_max;

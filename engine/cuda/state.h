@@ -150,18 +150,15 @@ struct cuda_session {
 };
 
 /*
- * Whether a block's output needs a step of its own before it joins the
- * residual stream (a norm on it, OLMo 2's and Gemma's, or Granite's
- * residual_multiplier), so that the products cannot add it to x
- * themselves: they write it to the gate/up buffer (prefill: the attention
- * output and the down projection's; decode: the attention output at its
- * start, the down projection's after the ffn_dim values it reads, which
- * needs ffn_dim >= dim, cuda_model_create) and launch_residual_add adds it.
+ * Where a block's output needs a step of its own before it joins the
+ * residual stream (model_block_out_scaled: a norm on it, OLMo 2's and
+ * Gemma's, or Granite's residual_multiplier), the products cannot add it
+ * to x themselves: they write it to the gate/up buffer (prefill: the
+ * attention output and the down projection's; decode: the attention
+ * output at its start, the down projection's after the ffn_dim values it
+ * reads, which needs ffn_dim >= dim: model.c refuses the others on CUDA)
+ * and launch_residual_add adds it (cuda_session.unfolded).
  */
-static inline bool cuda_unfolded(const engine_model *m)
-{
-    return m->arch->norms != NORMS_PRE || m->cfg.residual_multiplier != 1.0;
-}
 
 /* Whether the model's sessions take op's fast path (kernels/cuda/paths.cu). */
 static inline bool cuda_takes_fast(const cuda_model *cm, k_op op) { return cm->paths.fast[op]; }
