@@ -303,12 +303,6 @@ static const char *cuda_gap(const engine_model *m)
     const cfg_model *c = &m->cfg;
     if (!m->arch->cuda)
         return "";
-    /* longrope switches its tables, and computes the cache again, once a
-     * sequence passes its original context (forward_cpu.c's
-     * longrope_select); the CUDA pass's decode graphs and queued greedy
-     * steps have no such switch yet. */
-    if (c->rope_type == CFG_ROPE_LONGROPE)
-        return " with longrope RoPE scaling";
     /* The decode pass keeps a scaled block output after the ffn_dim values
      * the down projection reads (cuda/state.h); every real model has room. */
     if (model_block_out_scaled(m) && c->ffn_dim < c->dim)

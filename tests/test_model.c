@@ -10,7 +10,8 @@
  * fused projections, longrope past its original context and partial
  * rotary; on CUDA the last five are refused in one line, unless the library
  * was built with ENGINE_CUDA_PREVIEW (arch.c), and then checked like the
- * others; Phi-3's longrope stays refused there). Greedy ids must be
+ * others, Phi-3's greedy generation crossing longrope's switch on the
+ * device). Greedy ids must be
  * identical and logits agree within 1e-4 (absolute; logits here reach 27,
  * the largest error seen is about 2e-5).
  */

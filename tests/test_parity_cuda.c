@@ -58,8 +58,8 @@ static engine_model *load(const char *path, engine_device dev, engine_quant quan
 
 /*
  * Whether the CUDA backend refuses path's architecture (arch.c's cuda
- * column, or a feature it does not run yet such as Phi-3's longrope): said
- * in one line, and the caller leaves the fixture out.
+ * column, or a feature it does not run yet, model.c's cuda_gap): said in
+ * one line, and the caller leaves the fixture out.
  */
 static bool cuda_refuses(const char *name, const char *path)
 {
@@ -79,11 +79,12 @@ static bool cuda_refuses(const char *name, const char *path)
 }
 
 /*
- * phi3_f32 with plain RoPE in place of its longrope (which CUDA refuses for
- * now), in a new folder under /tmp (dir, PATH_MAX): the same weights and
- * tokenizer by symbolic links, the config with rope_type "default", so that
- * the GPU's partial rotary and fused projections are checked against the
- * CPU's. False (and a failed check) where it cannot be made.
+ * phi3_f32 with plain RoPE in place of its longrope, in a new folder under
+ * /tmp (dir: 64 bytes): the same weights and tokenizer by symbolic links,
+ * the config with rope_type "default", so that the GPU's partial rotary and
+ * fused projections are checked apart from longrope's switch (phi3_f32
+ * itself crosses it at position 32). False (and a failed check) where it
+ * cannot be made.
  */
 static bool phi3_plain_rope(const char *src, char *dir)
 {
@@ -604,9 +605,10 @@ int main(void)
      * multipliers; OLMo 2's post norms and whole-projection q/k norms;
      * Gemma 2's caps of 2 and 10, GeGLU, (1 + w) sandwich norms, head_dim 256
      * and windows of 8 on alternate layers; Gemma 3's local RoPE and q/k
-     * norms; Phi-3's fused projections and partial rotary (its longrope
-     * keeps it refused on CUDA for now). Each also with int8 and nf4 weights
-     * and through every KV type. */
+     * norms; Phi-3's fused projections, partial rotary and longrope past its
+     * original context of 32 (the decode steps cross it one at a time, the
+     * 64-token batch at once). Each also with int8 and nf4 weights and
+     * through every KV type. */
     static const char *const new_archs[] = {"granite_f32", "olmo2_f32", "gemma2_f32", "gemma3_f32", "phi3_f32"};
     for (size_t i = 0; i < sizeof new_archs / sizeof new_archs[0]; i++) {
         char rel[256];

@@ -401,6 +401,65 @@ static engine_status capture(cuda_session *cs, const engine_session *s, bool hos
     return ENGINE_OK;
 }
 
+/* Queue a batch of the n ids in h_ids at position pos0 (h_step's token and position set from them). */
+static int queue_batch(cuda_session *cs, const engine_session *s, int n, int pos0)
+{
+    cudaStream_t st = cs->lc.stream;
+    cs->h_step[STEP_TOKEN] = cs->h_ids[0];
+    cs->h_step[STEP_POS] = pos0;
+    cudaError_t ce = cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(cs->ids, cs->h_ids, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    if (ce != cudaSuccess)
+        return launch_fail(&cs->lc, "CUDA: %s", cudaGetErrorString(ce));
+    return batch_launches(cs, s, n, pos0);
+}
+
+/*
+ * longrope, as forward_cpu.c's longrope_select: a pass that ends at `end`
+ * past the original context (or, after the context was cut back, no longer
+ * does) switches the tables to the long (short) factors and first computes
+ * the cached positions [0, pos0) again with them, from s->tokens, in
+ * batches (each also writes the logits, which the pass after it
+ * overwrites). Nothing may be queued on the stream that still reads the
+ * tables (the callers have waited for queued steps). The decode graphs
+ * read the tables where they are, so they stay valid.
+ */
+static engine_status longrope_select(engine_session *s, int pos0, int end, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    const cfg_model *c = &s->model->cfg;
+    cudaStream_t st = cs->lc.stream;
+    const bool want = end > c->rope_original_max_position;
+    if (c->rope_type != CFG_ROPE_LONGROPE || want == s->rope_long)
+        return ENGINE_OK;
+    const size_t rot = (size_t)(c->rotary_dim > 0 ? c->rotary_dim : c->head_dim), tab = (size_t)s->n_ctx * (rot / 2);
+    float *host = malloc(2 * tab * sizeof *host);
+    if (!host)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    rope_tables_ex(c, s->n_ctx, false, want, host, host + tab);
+    cudaError_t ce = cudaMemcpyAsync(cs->rope_cos, host, tab * sizeof(float), cudaMemcpyHostToDevice, st);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(cs->rope_sin, host + tab, tab * sizeof(float), cudaMemcpyHostToDevice, st);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(st); /* before host is freed */
+    free(host);
+    if (ce != cudaSuccess)
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+    s->rope_long = want;
+    for (int done = 0; done < pos0;) {
+        const int n = pos0 - done < s->n_batch ? pos0 - done : s->n_batch;
+        memcpy(cs->h_ids, s->tokens + done, (size_t)n * sizeof *cs->h_ids);
+        if (queue_batch(cs, s, n, done) != 0)
+            return cuda_launch_error(cs, e);
+        ce = cudaStreamSynchronize(st); /* h_ids is read before the next batch refills it */
+        if (ce != cudaSuccess)
+            return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
+        done += n;
+    }
+    return ENGINE_OK;
+}
+
 /*
  * Queue one decode step at position pos, of token id or (id < 0) of the
  * last step's argmax, and record its event. Nothing may be queued that has
@@ -409,6 +468,24 @@ static engine_status capture(cuda_session *cs, const engine_session *s, bool hos
 static engine_status launch_step(engine_session *s, int32_t id, int pos, err_buf *e)
 {
     cuda_session *cs = s->cuda;
+    const cfg_model *c = &s->model->cfg;
+    if (c->rope_type == CFG_ROPE_LONGROPE && (pos + 1 > c->rope_original_max_position) != s->rope_long) {
+        /* The step crosses longrope's switch. A step queued before it (greedy: at pos - 1, input
+         * q_first_in) is waited for, its argmax becomes this step's token where id < 0, and the cache
+         * [0, pos) is computed again, that step's position included. */
+        if (cudaStreamSynchronize(cs->lc.stream) != cudaSuccess)
+            return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(cudaGetLastError()));
+        if (cs->q_n > 0) {
+            s->tokens[pos - 1] = cs->q_first_in; /* as cuda_greedy_take will write it */
+            if (id < 0)
+                id = cs->h_step[STEP_RING + ((pos - 1) & 1)];
+        }
+        if (id < 0)
+            return err_set(e, ENGINE_ERR_INVALID_ARG, "decode: no token for position %d", pos);
+        engine_status es = longrope_select(s, pos, pos + 1, e);
+        if (es)
+            return es;
+    }
     cs->long_ctx = pos >= ATTN_STREAM_FROM;
     cudaGraphExec_t *g = id >= 0 ? &cs->graph[cs->long_ctx] : &cs->graph_fb[cs->long_ctx];
     if (!*g && capture(cs, s, id >= 0, g, e) != ENGINE_OK)
@@ -451,17 +528,14 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
         if (es)
             return es;
     } else {
-        cs->h_step[STEP_TOKEN] = ids[0];
-        cs->h_step[STEP_POS] = s->n_past;
+        engine_status es = longrope_select(s, s->n_past, s->n_past + n, e);
+        if (es)
+            return es;
         memcpy(cs->h_ids, ids, (size_t)n * sizeof *ids);
-        ce = cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
-        if (ce == cudaSuccess)
-            ce = cudaMemcpyAsync(cs->ids, cs->h_ids, (size_t)n * sizeof *ids, cudaMemcpyHostToDevice, st);
-        if (ce == cudaSuccess && batch_launches(cs, s, n, s->n_past) != 0)
+        if (queue_batch(cs, s, n, s->n_past) != 0)
             return cuda_launch_error(cs, e);
-        if (ce == cudaSuccess)
-            ce = cudaMemcpyAsync(cs->h_step + STEP_ARGMAX, cs->step + STEP_ARGMAX, sizeof(int32_t),
-                                 cudaMemcpyDeviceToHost, st);
+        ce = cudaMemcpyAsync(cs->h_step + STEP_ARGMAX, cs->step + STEP_ARGMAX, sizeof(int32_t),
+                             cudaMemcpyDeviceToHost, st);
     }
     if (ce == cudaSuccess && n == 1 && cs->host) /* sleep while the CPU works (a blocking-sync event) */
         ce = cudaEventSynchronize(cs->step_done[s->n_past & 1]);
