@@ -11,7 +11,7 @@
  *
  *   mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|gemma-2-9b|gemma-3-4b|phi-3.5-mini|
  *                        mixtral-8x7b|qwen3-30b-a3b|olmoe-1b-7b|tiny
- *                --dtype bf16|f16|f32 [--seed S] [--shard-size 5G] OUTDIR
+ *                --dtype bf16|f16|f32 [--quant nf4-dq] [--seed S] [--shard-size 5G] OUTDIR
  *
  * Weights are uniform with std 0.02 (norm weights 1.0, Gemma's 0.0: its
  * norms scale by 1 + w), drawn per tensor from a stream seeded by (seed,
@@ -20,6 +20,14 @@
  * Phi-3.5-mini's longrope factors are made up (48 of each, as its head needs),
  * not Microsoft's. MoE routers are random like the rest, so routing is
  * near uniform (trained routers are not).
+ *
+ * --quant nf4-dq writes the linear weights (*_proj and experts' w1/w2/w3)
+ * already quantized, in docs/FORMATS.md's layout (bitsandbytes NF4, blocks
+ * of 64, the absmax double-quantized), so a shape larger than the disk in
+ * bf16 (Mixtral-8x7B: 93 GB) can be written directly: 4.5 bits a weight.
+ * The values quantized are the ones the dense file would hold (same seed,
+ * rounded to --dtype), quantized as tools/quantize does, so quantizing the
+ * dense file gives the same tensors.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -36,6 +44,8 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "mkcheckpoint_nf4.h"
 
 typedef enum { ARCH_LLAMA, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_PHI3, ARCH_MIXTRAL, ARCH_QWEN3MOE, ARCH_OLMOE } arch_t;
 
@@ -87,14 +97,23 @@ static const struct {
     [DT_F32] = {"f32", "F32", "float32", 4},
 };
 
+/* A quantized weight's parts, in the order they are written (F32 ones
+ * first, so that each stays 4-byte aligned; the JSON is padded so that the
+ * group's length is a multiple of 8). */
+typedef enum { P_DENSE, P_QMAP, P_NABS, P_NMAP, P_DATA, P_ABSMAX, P_STATE } part_t;
+
 typedef struct tensor_def {
-    char name[96];
+    char name[128];
     int64_t rows, cols; /* cols == 0: a vector of rows elements */
     bool norm;          /* norm weights: all `value` */
     float value;
     uint64_t n, bytes;
     int shard;
     uint64_t offset; /* within its shard's data area */
+    int src;         /* the dense tensor's index: its random stream */
+    part_t part;     /* P_DENSE, or which part of a quantized weight */
+    int64_t mrows, mcols; /* a quantized weight's matrix */
+    uint64_t group;  /* P_QMAP: bytes of the whole group (a shard holds all of it) */
 } tensor_def;
 
 typedef struct shard_def {
@@ -152,11 +171,12 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mkcheckpoint --shape llama-3.2-1b|llama-3.1-8b|gemma-2-9b|gemma-3-4b|phi-3.5-mini|\n"
                "                            mixtral-8x7b|qwen3-30b-a3b|olmoe-1b-7b|tiny\n"
-               "                    --dtype bf16|f16|f32 [--seed S] [--shard-size 5G] OUTDIR\n"
+               "                    --dtype bf16|f16|f32 [--quant nf4-dq] [--seed S] [--shard-size 5G] OUTDIR\n"
                "Writes OUTDIR/config.json and random weights as OUTDIR/model.safetensors, or as\n"
                "model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json when\n"
                "larger than --shard-size (K/M/G/T = powers of 1000, KiB/MiB/GiB/TiB = of 1024;\n"
-               "default 5G, as transformers).\n");
+               "default 5G, as transformers). --quant nf4-dq writes the linear weights quantized\n"
+               "(bitsandbytes NF4, double-quantized; docs/FORMATS.md), the rest in --dtype.\n");
 }
 
 /* "5G", "500MB", "2GiB", "123" -> bytes; 0 on a bad value. */
@@ -267,30 +287,43 @@ static int text_add(text *t, const char *fmt, ...)
     }
 }
 
+/* Tensor `index`'s random stream. */
+static uint64_t tensor_stream(uint64_t seed, int index)
+{
+    uint64_t state = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(index + 1));
+    splitmix64(&state);
+    return state;
+}
+
+/* The next n values of t from its stream (*state), as fp32. */
+static void fill_values(const tensor_def *t, uint64_t *state, float *v, size_t n)
+{
+    /* std 0.02 from a uniform on [-a, a]: a = 0.02 * sqrt(3). */
+    const float a = 0.034641016f;
+    if (t->norm) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = t->value;
+        return;
+    }
+    for (size_t i = 0; i < n; i += 2) {
+        /* Two 24-bit uniforms per 64-bit draw. */
+        uint64_t r = splitmix64(state);
+        v[i] = ((float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f) * a;
+        if (i + 1 < n)
+            v[i + 1] = ((float)((r >> 8) & 0xFFFFFFu) * (2.0f / 16777216.0f) - 1.0f) * a;
+    }
+}
+
 /* Fill one tensor's bytes in chunks; chunking does not change the values. */
 static int write_tensor(FILE *f, const char *path, const tensor_def *t, int index, uint64_t seed, dtype_t dt,
                         float *buf, uint16_t *half, size_t buf_elems, progress *pg, const char *label)
 {
-    /* std 0.02 from a uniform on [-a, a]: a = 0.02 * sqrt(3). */
-    const float a = 0.034641016f;
-    uint64_t state = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(index + 1));
-    splitmix64(&state);
+    uint64_t state = tensor_stream(seed, index);
     uint64_t left = t->n;
     while (left) {
         size_t n = left < buf_elems ? (size_t)left : buf_elems;
         float *v = buf; /* f32 first, then narrowed into half */
-        if (t->norm) {
-            for (size_t i = 0; i < n; i++)
-                v[i] = t->value;
-        } else {
-            for (size_t i = 0; i < n; i += 2) {
-                /* Two 24-bit uniforms per 64-bit draw. */
-                uint64_t r = splitmix64(&state);
-                v[i] = ((float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f) * a;
-                if (i + 1 < n)
-                    v[i + 1] = ((float)((r >> 8) & 0xFFFFFFu) * (2.0f / 16777216.0f) - 1.0f) * a;
-            }
-        }
+        fill_values(t, &state, v, n);
         if (dt == DT_BF16)
             for (size_t i = 0; i < n; i++)
                 half[i] = f32_to_bf16(v[i]);
@@ -306,14 +339,114 @@ static int write_tensor(FILE *f, const char *path, const tensor_def *t, int inde
     return 0;
 }
 
+/* ------------------------------------------------------------ nf4-dq */
+
+/* One quantized weight, computed when its first part is written. */
+typedef struct nf4_state {
+    uint8_t *packed, *absmax_q;
+    float *nested, map[256], offset;
+    char json[256];
+} nf4_state;
+
+static void nf4_free(nf4_state *q)
+{
+    free(q->packed);
+    free(q->absmax_q);
+    free(q->nested);
+    q->packed = q->absmax_q = NULL;
+    q->nested = NULL;
+}
+
+/* The quant_state JSON, the offset at a fixed width (%.9e of a finite
+ * non-negative mean: 15 characters), padded with spaces to len. */
+static int state_json(char *buf, size_t cap, dtype_t dt, int64_t rows, int64_t cols, float offset, size_t len)
+{
+    int n = snprintf(buf, cap,
+                     "{\"quant_type\": \"nf4\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": [%" PRId64 ", %" PRId64
+                     "], \"nested_blocksize\": %d, \"nested_dtype\": \"float32\", \"nested_offset\": %.9e}",
+                     NF4_BLOCK, dtypes[dt].torch_name, rows, cols, NESTED_BLOCK, (double)offset);
+    while (n >= 0 && (size_t)n < len && (size_t)n + 1 < cap)
+        buf[n++] = ' ', buf[n] = '\0';
+    return n;
+}
+
+/* The matrix of t's weight as the dense file holds it (rounded to dt), quantized. */
+static int nf4_compute(const tensor_def *t, uint64_t seed, dtype_t dt, nf4_state *q)
+{
+    nf4_free(q);
+    const uint64_t n = (uint64_t)t->mrows * (uint64_t)t->mcols, nb = (n + NF4_BLOCK - 1) / NF4_BLOCK;
+    const uint64_t nn = (nb + NESTED_BLOCK - 1) / NESTED_BLOCK;
+    float *x = malloc(n * sizeof *x), *am = malloc(nb * sizeof *am);
+    q->packed = calloc((n + 1) / 2, 1);
+    q->absmax_q = malloc(nb);
+    q->nested = malloc(nn * sizeof *q->nested);
+    int rc = x && am && q->packed && q->absmax_q && q->nested ? 0 : -1;
+    if (rc == 0) {
+        /* The values the dense file would hold: the same stream, rounded to dt. */
+        uint64_t state = tensor_stream(seed, t->src);
+        fill_values(t, &state, x, (size_t)n);
+        if (dt == DT_BF16)
+            for (uint64_t i = 0; i < n; i++) {
+                const uint32_t u = (uint32_t)f32_to_bf16(x[i]) << 16;
+                memcpy(&x[i], &u, 4);
+            }
+        else if (dt == DT_F16)
+            for (uint64_t i = 0; i < n; i++) {
+                const uint16_t h = f32_to_f16(x[i]);
+                const int e = (h >> 10) & 31, m = h & 1023;
+                const float v = e ? ldexpf((float)(m | 1024), e - 25) : ldexpf((float)m, -24);
+                x[i] = h & 0x8000 ? -v : v;
+            }
+    }
+    if (rc == 0)
+        nf4dq_quantize(x, n, am, q->packed, q->absmax_q, q->nested, q->map, &q->offset);
+    if (rc)
+        fail("out of memory quantizing %s", t->name);
+    free(x);
+    free(am);
+    return rc;
+}
+
+static int write_quant_part(FILE *f, const char *path, const tensor_def *t, uint64_t seed, dtype_t dt, nf4_state *q,
+                            progress *pg, const char *label)
+{
+    if (t->part == P_QMAP && nf4_compute(t, seed, dt, q))
+        return -1;
+    const void *p = NULL;
+    switch (t->part) {
+    case P_QMAP: p = NF4_CODE; break;
+    case P_NABS: p = q->nested; break;
+    case P_NMAP: p = q->map; break;
+    case P_DATA: p = q->packed; break;
+    case P_ABSMAX: p = q->absmax_q; break;
+    case P_STATE:
+        state_json(q->json, sizeof q->json, dt, t->mrows, t->mcols, q->offset, (size_t)t->bytes);
+        if (strlen(q->json) != t->bytes) {
+            fail("%s: quant_state of %zu bytes, planned %" PRIu64, t->name, strlen(q->json), t->bytes);
+            return -1;
+        }
+        p = q->json;
+        break;
+    default: return -1;
+    }
+    if (write_all(f, path, p, (size_t)t->bytes))
+        return -1;
+    pg->done += t->bytes;
+    progress_show(pg, label, false);
+    return 0;
+}
+
 static int write_shard(shard_def *sh, int shard, const tensor_def *ts, int n_t, uint64_t seed, dtype_t dt,
                        progress *pg)
 {
     text h = {0};
     int rc = -1;
     FILE *f = NULL;
-    if (text_add(&h, "{\"__metadata__\":{\"format\":\"pt\",\"generator\":\"mkcheckpoint\",\"seed\":\"%" PRIu64 "\"}",
-                 seed))
+    bool quant = false;
+    for (int i = 0; i < n_t; i++)
+        quant |= ts[i].part != P_DENSE;
+    if (text_add(&h, "{\"__metadata__\":{\"format\":\"pt\",\"generator\":\"mkcheckpoint\",\"seed\":\"%" PRIu64 "\"%s}",
+                 seed, quant ? ",\"quantization\":\"nf4-dq\"" : ""))
         goto out;
     for (int i = 0; i < n_t; i++) {
         const tensor_def *t = &ts[i];
@@ -322,9 +455,12 @@ static int write_shard(shard_def *sh, int shard, const tensor_def *ts, int n_t, 
             snprintf(dims, sizeof dims, "%" PRId64 ",%" PRId64, t->rows, t->cols);
         else
             snprintf(dims, sizeof dims, "%" PRId64, t->rows);
+        const char *sdt = t->part == P_DENSE                                     ? dtypes[dt].st_name
+                          : t->part == P_QMAP || t->part == P_NABS || t->part == P_NMAP ? "F32"
+                                                                                    : "U8";
         if (t->shard == shard &&
             text_add(&h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
-                     t->name, dtypes[dt].st_name, dims, t->offset, t->offset + t->bytes))
+                     t->name, sdt, dims, t->offset, t->offset + t->bytes))
             goto out;
     }
     if (text_add(&h, "}"))
@@ -353,9 +489,16 @@ static int write_shard(shard_def *sh, int shard, const tensor_def *ts, int n_t, 
     rc = buf && half ? 0 : -1;
     if (rc)
         fail("out of memory");
-    for (int i = 0; i < n_t && rc == 0; i++)
-        if (ts[i].shard == shard)
-            rc = write_tensor(f, sh->tmp, &ts[i], i, seed, dt, buf, half, buf_elems, pg, sh->name);
+    nf4_state q = {0};
+    for (int i = 0; i < n_t && rc == 0; i++) {
+        if (ts[i].shard != shard)
+            continue;
+        if (ts[i].part == P_DENSE)
+            rc = write_tensor(f, sh->tmp, &ts[i], ts[i].src, seed, dt, buf, half, buf_elems, pg, sh->name);
+        else
+            rc = write_quant_part(f, sh->tmp, &ts[i], seed, dt, &q, pg, sh->name);
+    }
+    nf4_free(&q);
     free(buf);
     free(half);
 out:
@@ -645,32 +788,101 @@ static int build_tensors(const shape_def *s, dtype_t dt, tensor_def **out)
     for (int i = 0; i < k; i++) {
         ts[i].n = (uint64_t)ts[i].rows * (uint64_t)(ts[i].cols ? ts[i].cols : 1);
         ts[i].bytes = ts[i].n * dtypes[dt].size;
+        ts[i].src = i;
     }
     *out = ts;
     return k;
 }
 
+/* The linear weights: what --quant quantizes (as tools/quantize picks them). */
+static bool is_linear(const char *name)
+{
+    const size_t n = strlen(name);
+    const char *const sfx[] = {"_proj.weight", ".w1.weight", ".w2.weight", ".w3.weight"};
+    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++)
+        if (n >= strlen(sfx[i]) && strcmp(name + n - strlen(sfx[i]), sfx[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Each linear weight of ts[n] replaced by its six nf4-dq parts (FORMATS.md). */
+static int expand_quant(tensor_def **ts, int n, dtype_t dt)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        m += is_linear((*ts)[i].name) ? 6 : 1;
+    tensor_def *o = calloc((size_t)m, sizeof *o);
+    if (!o) {
+        fail("out of memory");
+        return -1;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const tensor_def *t = &(*ts)[i];
+        if (!is_linear(t->name)) {
+            o[k++] = *t;
+            continue;
+        }
+        const uint64_t nel = (uint64_t)t->rows * (uint64_t)t->cols, nb = (nel + NF4_BLOCK - 1) / NF4_BLOCK;
+        const uint64_t nn = (nb + NESTED_BLOCK - 1) / NESTED_BLOCK;
+        char js[256];
+        const size_t jl = (size_t)state_json(js, sizeof js, dt, t->rows, t->cols, 0.0f, 0);
+        const uint64_t f32 = 16 * 4 + nn * 4 + 256 * 4, u8 = (nel + 1) / 2 + nb;
+        const uint64_t pad = (8 - (f32 + u8 + jl) % 8) % 8;
+        static const struct {
+            part_t part;
+            const char *suffix;
+        } P[6] = {{P_QMAP, ".quant_map"}, {P_NABS, ".nested_absmax"}, {P_NMAP, ".nested_quant_map"},
+                  {P_DATA, ""},           {P_ABSMAX, ".absmax"},      {P_STATE, ".quant_state.bitsandbytes__nf4"}};
+        const uint64_t rows[6] = {16, nn, 256, (nel + 1) / 2, nb, jl + pad};
+        for (int p = 0; p < 6; p++) {
+            tensor_def *q = &o[k++];
+            *q = *t;
+            snprintf(q->name, sizeof q->name, "%s%s", t->name, P[p].suffix);
+            q->part = P[p].part;
+            q->mrows = t->rows, q->mcols = t->cols;
+            q->rows = (int64_t)rows[p];
+            q->cols = p == 3 ? 1 : 0; /* the packed codes: [n/2, 1], as bitsandbytes stores them */
+            q->n = rows[p];
+            q->bytes = rows[p] * (p < 3 ? 4 : 1);
+            q->group = p == 0 ? f32 + u8 + jl + pad : 0;
+        }
+    }
+    free(*ts);
+    *ts = o;
+    return k;
+}
+
 /* Everything after the arguments: 0 on success, 1 with a message printed. */
-static int run(const shape_def *shape, dtype_t dt, uint64_t seed, uint64_t shard_size, const char *outdir)
+static int run(const shape_def *shape, dtype_t dt, bool quant, uint64_t seed, uint64_t shard_size, const char *outdir)
 {
     tensor_def *ts;
-    const int n_t = build_tensors(shape, dt, &ts);
+    int n_t = build_tensors(shape, dt, &ts);
     if (n_t < 0)
+        return 1;
+    if (quant && (n_t = expand_quant(&ts, n_t, dt)) < 0)
         return 1;
     /* Shards as transformers cuts them: start a new one when the next tensor
      * would pass the limit (a tensor larger than the limit gets its own). */
     int n_shards = 1;
     uint64_t fill = 0, total = 0, params = 0;
     for (int i = 0; i < n_t; i++) {
-        if (fill > 0 && fill + ts[i].bytes > shard_size) {
+        /* A quantized weight's parts stay together (its group). */
+        const uint64_t unit = ts[i].part == P_DENSE ? ts[i].bytes : ts[i].group;
+        if ((ts[i].part == P_DENSE || ts[i].part == P_QMAP) && fill > 0 && fill + unit > shard_size) {
             n_shards++;
             fill = 0;
         }
         ts[i].shard = n_shards - 1;
         ts[i].offset = fill;
+        if (ts[i].part != P_DENSE && ts[i].part < P_DATA && ts[i].offset % 4) {
+            fail("%s: offset %" PRIu64 " is not 4-byte aligned", ts[i].name, ts[i].offset);
+            free(ts);
+            return 1;
+        }
         fill += ts[i].bytes;
         total += ts[i].bytes;
-        params += ts[i].n;
+        params += ts[i].part == P_DENSE ? ts[i].n : ts[i].part == P_QMAP ? (uint64_t)(ts[i].mrows * ts[i].mcols) : 0;
     }
     shard_def *sh = calloc((size_t)n_shards, sizeof *sh);
     if (!sh) {
@@ -703,8 +915,8 @@ static int run(const shape_def *shape, dtype_t dt, uint64_t seed, uint64_t shard
     }
 
     char tb[32];
-    fprintf(stderr, "mkcheckpoint: %s %s seed %" PRIu64 ": %.2f M params, %s in %d file%s -> %s\n", shape->name,
-            dtypes[dt].opt, seed, params / 1e6, fmt_bytes(tb, sizeof tb, total), n_shards, n_shards > 1 ? "s" : "",
+    fprintf(stderr, "mkcheckpoint: %s %s%s seed %" PRIu64 ": %.2f M params, %s in %d file%s -> %s\n", shape->name,
+            dtypes[dt].opt, quant ? " (linear weights nf4-dq)" : "", seed, params / 1e6, fmt_bytes(tb, sizeof tb, total), n_shards, n_shards > 1 ? "s" : "",
             outdir);
     progress pg = {0, total, now_s(), 0, isatty(2) != 0};
     int rc = 0;
@@ -779,6 +991,7 @@ int main(int argc, char **argv)
     int dt = -1;
     uint64_t seed = 0, shard_size = 5000000000ull;
     const char *outdir = NULL;
+    bool quant = false;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -805,7 +1018,8 @@ int main(int argc, char **argv)
         }
         memcpy(opt, a, ol);
         opt[ol] = '\0';
-        if (strcmp(opt, "--shape") && strcmp(opt, "--dtype") && strcmp(opt, "--seed") && strcmp(opt, "--shard-size")) {
+        if (strcmp(opt, "--shape") && strcmp(opt, "--dtype") && strcmp(opt, "--seed") && strcmp(opt, "--shard-size") &&
+            strcmp(opt, "--quant")) {
             fail("unknown option '%s'", opt);
             usage(stderr);
             return 2;
@@ -834,6 +1048,12 @@ int main(int argc, char **argv)
                 fail("unknown dtype '%s' (bf16, f16, f32)", val);
                 return 2;
             }
+        } else if (strcmp(opt, "--quant") == 0) {
+            if (strcmp(val, "nf4-dq") != 0) {
+                fail("unknown --quant '%s' (nf4-dq)", val);
+                return 2;
+            }
+            quant = true;
         } else if (strcmp(opt, "--seed") == 0) {
             char *end;
             errno = 0;
@@ -876,7 +1096,7 @@ int main(int argc, char **argv)
         fail("%s: folder is not writable: %s", outdir, strerror(errno));
         return 1;
     }
-    int rc = run(shape, (dtype_t)dt, seed, shard_size, outdir);
+    int rc = run(shape, (dtype_t)dt, quant, seed, shard_size, outdir);
     if (rc != 0 && made_dir)
         rmdir(outdir); /* only succeeds if nothing is left in it */
     return rc;
