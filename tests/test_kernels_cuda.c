@@ -174,7 +174,7 @@ static void test_argmax(launch_ctx *lc)
             demb = dev_from(emb, (size_t)n * dim * k_dtype_size(et));
             dxe = dev_alloc((size_t)dim * sizeof(float));
             dzero = dev_alloc((size_t)n_zero * sizeof(uint32_t));
-            feed.x = dxe, feed.emb = demb, feed.emb_t = et, feed.dim = dim;
+            feed.x = dxe, feed.emb = demb, feed.emb_t = et, feed.dim = dim, feed.emb_mult = 1.0f;
             feed.zero = dzero, feed.n_zero = n_zero;
         }
         CHECK_MSG(launch_argmax(lc, dh + 2, dx, n, scratch, &feed) == 0, "%s", lc->err);

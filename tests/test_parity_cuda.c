@@ -8,15 +8,17 @@
  * checkpoints; for bf16/f16, at least 99% on the decode path and 98% on
  * the prefill path (97% with quantized weights), whose tensor-core
  * products round their inputs to the weight type. A whole 256-token batch must also end on the same logits.
- * Logits of fp32 checkpoints agree within 1e-4 of their scale, or 6e-3
+ * Logits of fp32 checkpoints agree within 1e-4 of their scale, or 1e-2
  * with 4-bit weights: the GPU's 4-bit decode product multiplies in fp16
  * (the codes and the input rounded to fp16, 8 products summed in fp16
- * before fp32; measured 2.9e-3 on stories260K), which can also flip a
+ * before fp32; measured 2.9e-3 on stories260K, 6.7e-3 and 8.3e-3 on the
+ * decode and prefill paths of phi3_f32 in nf4, H200, 2026-11-28, the same
+ * on every path the capability picks), which can also flip a
  * near tie (1 of 256 positions with fp4): 99% top-1 there, as for bf16.
  * A wrong nibble or absmax moves them by far more (KL 10-25 in
  * test_quant_model's terms).
- * The architectures whose CUDA pass has not yet run on a GPU (Granite,
- * OLMo 2, Gemma 2 and 3, Phi-3) are refused there unless the library was
+ * The architectures whose CUDA pass has not yet run on a GPU (the
+ * mixture-of-experts ones) are refused there unless the library was
  * built with ENGINE_CUDA_PREVIEW (engine/arch.c): each refused fixture is
  * named and left out, the others checked as the rest.
  * Skips (77) without a GPU.
@@ -281,7 +283,7 @@ static void parity(const char *name, const char *path, bool fp32, engine_quant q
     printf("test_parity_cuda: %-26s decode  top-1 %d/%d (%.2f%%), largest logit difference %.2e of the scale\n", name,
            agree, total, 100.0 * rate, worst);
     const bool four_bit = quant == ENGINE_QUANT_NF4 || quant == ENGINE_QUANT_NF4_DQ || quant == ENGINE_QUANT_FP4;
-    const double tol = four_bit ? 6e-3 : 1e-4;
+    const double tol = four_bit ? 1e-2 : 1e-4;
     if (fp32) {
         CHECK_MSG(four_bit ? rate >= 0.99 : agree == total, "%s: fp32 top-1 differs at %d of %d positions", name,
                   total - agree, total);

@@ -29,15 +29,19 @@
 /* ---- CUDA-core path ---- */
 
 #define ATT_BQ 16  /* queries per block (4 per warp, 4 warps) */
-#define ATT_BK 32  /* keys per tile                           */
+#define ATT_BK 32  /* keys per tile: a lane each                */
+/* Where a tile of ATT_BK keys of a wide head does not fit the block's
+ * shared memory (head_dim 256 on Turing: 82,048 bytes of 64 KiB), tiles
+ * of half as many keys: half the lanes score a key, all of them sum. */
+#define ATT_BK_NARROW 16
 
 /*
- * K and V rows k0 .. k0+ATT_BK-1 of one kv head into shared memory as fp32
+ * K and V rows k0 .. k0+BK-1 of one kv head into shared memory as fp32
  * (rows at or past `end` as zeros; int8 and fp8 rows times their scales,
  * ksc/vsc [rows, nkv]). 16-byte loads when a head's row allows, unrolled
  * so that each thread has several in flight.
  */
-template <typename T>
+template <typename T, int BK>
 __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const float *ksc, const float *vsc, int k0,
                            int end, int kvd, int kvh, int hd, int ring)
 {
@@ -53,7 +57,7 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const
             }
     };
     if ((hd % V) == 0 && (kvd % V) == 0) {
-        const int per_row = hd / V, total = ATT_BK * per_row;
+        const int per_row = hd / V, total = BK * per_row;
 #pragma unroll 4
         for (int i = threadIdx.x; i < total; i += blockDim.x) {
             const int j = i / per_row, d0 = (i - j * per_row) * V, key = k0 + j;
@@ -74,7 +78,7 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const
         }
         return;
     }
-    for (int i = threadIdx.x; i < ATT_BK * hd; i += blockDim.x) {
+    for (int i = threadIdx.x; i < BK * hd; i += blockDim.x) {
         const int j = i / hd, d = i - j * hd, key = k0 + j;
         const size_t at = (size_t)kv_row(min(key, end - 1), ring) * kvd + (size_t)kvh * hd + d;
         float km, vm;
@@ -84,15 +88,15 @@ __device__ void stage_tile(float *Ks, float *Vs, const T *kc, const T *vc, const
     }
 }
 
-template <typename T, int E> /* E: dimensions per lane, head_dim <= 32 * E */
+template <typename T, int E, int BK> /* E: dimensions per lane, head_dim <= 32 * E; BK: keys a tile */
 __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, const T *vc, const float *ksc,
                             const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window, int ring,
                             float scale, float cap)
 {
     extern __shared__ float sm[];
     float *Qs = sm;                          /* [hd][ATT_BQ], scaled       */
-    float *Ks = Qs + hd * ATT_BQ;            /* [ATT_BK][hd + 1] (padded)  */
-    float *Vs = Ks + ATT_BK * (hd + 1);      /* [ATT_BK][hd]               */
+    float *Ks = Qs + hd * ATT_BQ;            /* [BK][hd + 1] (padded)      */
+    float *Vs = Ks + BK * (hd + 1);          /* [BK][hd]                   */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nthreads = blockDim.x;
     const int tq0 = blockIdx.x * ATT_BQ, h = blockIdx.y, kvh = h / (nh / nkv);
     const int kvd = nkv * hd;
@@ -120,14 +124,14 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
     for (int i = 0; i < 4; i++)
         qpos[i] = tq0 + warp * 4 + i < n ? pos0 + tq0 + warp * 4 + i : -1;
 
-    for (int k0 = lo; k0 < end; k0 += ATT_BK) {
+    for (int k0 = lo; k0 < end; k0 += BK) {
         __syncthreads(); /* the previous tile is no longer read */
-        stage_tile(Ks, Vs, kc, vc, ksc, vsc, k0, end, kvd, kvh, hd, ring);
+        stage_tile<T, BK>(Ks, Vs, kc, vc, ksc, vsc, k0, end, kvd, kvh, hd, ring);
         __syncthreads();
         if (qpos[0] < 0)
             continue; /* this warp has no queries */
         float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const float *kr = Ks + lane * (hd + 1);
+        const float *kr = Ks + (lane % BK) * (hd + 1); /* lanes past BK repeat a key, masked below */
         const float4 *q4 = reinterpret_cast<const float4 *>(Qs) + warp; /* 4 queries of this warp */
         for (int d = 0; d < hd; d++) {
             const float kd = kr[d];
@@ -141,7 +145,8 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
         float p[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const bool valid = qpos[i] >= 0 && key < end && key <= qpos[i] && (window <= 0 || key > qpos[i] - window);
+            const bool valid = lane < BK && qpos[i] >= 0 && key < end && key <= qpos[i] &&
+                               (window <= 0 || key > qpos[i] - window);
             const float si = valid ? soft_cap(s[i], cap) : -INFINITY;
             const float mt = warp_max(si);
             const float mn = fmaxf(m[i], mt);
@@ -157,7 +162,7 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
                 acc[i][e] *= corr;
             m[i] = mn;
         }
-        for (int j = 0; j < ATT_BK; j++) {
+        for (int j = 0; j < BK; j++) {
             float v[E];
 #pragma unroll
             for (int e = 0; e < E; e++) {
@@ -576,7 +581,9 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
                        const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int hd, int window,
                        int ring, float scale, float cap)
 {
-    const size_t smem = ((size_t)hd * ATT_BQ + ATT_BK * (hd + 1) + ATT_BK * hd) * sizeof(float);
+    auto smem_of = [hd](int bk) { return ((size_t)hd * ATT_BQ + (size_t)bk * (hd + 1) + (size_t)bk * hd) * sizeof(float); };
+    const bool narrow = smem_of(ATT_BK) > c->smem_max;
+    const size_t smem = smem_of(narrow ? ATT_BK_NARROW : ATT_BK);
     if (smem > c->smem_max)
         return launch_fail(c, "attention_prefill: %zu bytes of shared memory (head_dim %d), %zu here", smem, hd,
                            c->smem_max);
@@ -585,7 +592,7 @@ static int run_prefill(launch_ctx *c, void *out, k_dtype ot, const float *q, con
     const int e = (hd + 31) / 32;
 #define ATT_LAUNCH(EV)                                                                                        \
     do {                                                                                                      \
-        auto kern = k_attention<T, EV>;                                                                       \
+        auto kern = narrow ? k_attention<T, EV, ATT_BK_NARROW> : k_attention<T, EV, ATT_BK>;                  \
         if (smem > 48 * 1024)                                                                                 \
             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);               \
         kern<<<grid, 128, smem, c->stream>>>(out, ot, q, k, v, ksc, vsc, pos0, n, nh, nkv, hd, window, ring, \
