@@ -103,8 +103,10 @@ static void check_greedy(const char *what, engine_session *s, int vocab, const i
         if (id != expect[i] && first_bad == n_gen)
             first_bad = i;
         id = expect[i]; /* teacher-force so one flip does not hide later checks */
-        if (engine_session_eval(s, &id, 1, &logits) != ENGINE_OK)
-            break;
+        if (engine_session_eval(s, &id, 1, &logits) != ENGINE_OK) {
+            CHECK_MSG(0, "%s: decoding id %zu: %s", what, i, engine_session_last_error(s));
+            return;
+        }
     }
     CHECK_MSG(first_bad == n_gen, "%s: greedy id %zu differs from the reference", what, first_bad);
     if (final_ref) {

@@ -441,7 +441,11 @@ template <typename T>
 static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int window, int splits)
 {
     const int G = a->n_heads / a->n_kv_heads, hd = a->head_dim, es = (int)sizeof(T);
-    /* As many keys a chunk as fit the target, at least 16 (then past it). */
+    /* As many keys a chunk as fit the target, at least 16 (then past it),
+     * or where 16 exceed the block's limit (an fp32 cache at head_dim 256
+     * on Turing's 64 KiB: 71,832 bytes for a group of 2) as many as fit,
+     * with no more splits than keys a chunk: the portable merge keeps its
+     * G x splits weights in the G x chunk scores' room. */
     const bool cluster = c->fast[K_OP_ATTN_CLUSTER], quant = kv_quant<T>();
     if (quant && (hd % 16 || !a->k_scale || !a->v_scale))
         return launch_fail(c, "attention_decode: an int8/fp8 cache needs head_dim a multiple of 16 (%d) and scales",
@@ -450,9 +454,15 @@ static int run_decode(launch_ctx *c, float *out, const rope_qkv_args *a, int win
                  per_key = dec_smem::key_bytes(G, hd, es, quant);
     const long target = c->smem_max < DEC_SMEM_TARGET ? (long)c->smem_max : DEC_SMEM_TARGET;
     long chunk = (target - (long)fixed) / (long)per_key;
-    chunk = chunk < 16 ? 16 : chunk > DEC_CHUNK_MAX ? DEC_CHUNK_MAX : chunk;
+    chunk = chunk > DEC_CHUNK_MAX ? DEC_CHUNK_MAX : chunk;
+    if (chunk < 16) {
+        const long fit = ((long)c->smem_max - (long)fixed) / (long)per_key;
+        chunk = fit >= 16 ? 16 : fit < 1 ? 1 : fit;
+    }
+    if (!cluster && splits > chunk)
+        splits = (int)chunk;
     const size_t smem = fixed + (size_t)chunk * per_key;
-    if (smem > c->smem_max)
+    if (smem > c->smem_max || (cluster && chunk < 16))
         return launch_fail(c, "attention_decode: %zu bytes of shared memory (group %d, head_dim %d), %zu here", smem,
                            G, hd, c->smem_max);
     auto kern = a->ring > 0 ? (cluster ? k_attention_decode<T, true, true> : k_attention_decode<T, false, true>)
