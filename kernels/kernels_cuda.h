@@ -314,13 +314,75 @@ typedef struct gemv_args {
     const unsigned *x_max;
     unsigned *y_max;
     const float *y_max_norm;
+    /* Experts (a mixture-of-experts layer's decode): with `experts` set,
+     * the launch has n_choices rows of blocks, and row j multiplies the
+     * matrix of expert expert_ids[j] (device ints, written by the kernel
+     * before, e.g. launch_moe_route) by x + j * x_stride into y + j *
+     * y_stride. Each expert's arrays lie at expert_base plus its entry's
+     * byte offsets (experts[E], device), so the table stays valid wherever
+     * the layer's matrices are (resident, or a stream slot: only the base
+     * changes). Every expert has the format of the matrix given above
+     * (w, wt, scales, ...: e.g. expert 0's), whose non-NULL arrays say which
+     * offsets are read. y_max must be NULL; x_max may be set only where
+     * every row reads the same input (x_stride 0). */
+    const struct gemv_expert *experts;
+    const char *expert_base;
+    const int32_t *expert_ids;
+    int n_choices;
+    int x_stride, y_stride;
 } gemv_args;
+/* Where one expert's matrix lies: byte offsets from gemv_args.expert_base of
+ * what gemv_args names (w, scales, code, am_q, am_s2, am_code); an array the
+ * format lacks is 0 and unread. */
+typedef struct gemv_expert {
+    uint64_t w, scales, code, am_q, am_s2, am_code;
+} gemv_expert;
 /* Whether a's nested absmax fields are all there (am_shift in range). */
 static inline bool gemv_nested_ok(const gemv_args *a)
 {
     return a->am_q && a->am_s2 && a->am_code && a->am_shift >= 0 && a->am_shift < 31;
 }
 int launch_gemv(launch_ctx *c, const gemv_args *a);
+
+/*
+ * Mixture-of-experts routing, as forward_moe.c's route(): per token t < n,
+ * the softmax over logits[t * ld + e] (e < E <= MOE_MAX_EXPERTS; the sum in
+ * double), its top k (<= MOE_MAX_TOPK; highest first, the lower index on a
+ * tie) into ids[t * k + j] and their probabilities, renormalised to sum 1
+ * where renorm, into w[t * k + j]. A NaN logit counts as -inf, so the ids
+ * are always k distinct experts.
+ */
+#define MOE_MAX_EXPERTS 1024
+#define MOE_MAX_TOPK 16
+int launch_moe_route(launch_ctx *c, const float *logits, int ld, int n, int E, int k, bool renorm, int32_t *ids,
+                     float *w);
+
+/*
+ * The n * k (token, choice) slots of ids[n * k] grouped by expert, for the
+ * prefill products: expert e's slots are rows [first[e], first[e] +
+ * count) of the grouped buffers, in token order, each group starting at a
+ * multiple of pad rows (a power of two, so that every group's rows are
+ * 256-byte aligned for cuBLASLt); first[E] is the rows used in all.
+ * slot_of[t * k + j] gets the row of token t's choice j, tok_of[r] the
+ * token of row r (-1 for padding), for r < cap (>= n * k + E * (pad - 1)).
+ * One block; deterministic.
+ */
+int launch_moe_group(launch_ctx *c, const int32_t *ids, int n, int k, int E, int pad, int cap, int32_t *first,
+                     int32_t *slot_of, int32_t *tok_of);
+
+/* out[r, :] = in[tok_of[r], :] (zeros where tok_of[r] < 0) for r < rows; rows of dim elements in type t. */
+int launch_moe_gather(launch_ctx *c, void *out, const void *in, k_dtype t, const int32_t *tok_of, int rows, int dim);
+
+/*
+ * Each token's experts summed into the residual stream, in the order it
+ * chose them (forward_moe.c's last loop): for t < n,
+ *   o = sigmoid(gate[t * gate_ld]) * sh[t, :]   (0 where sh is NULL)
+ *   o += w[t * k + j] * ys[slot_of[t * k + j], :]   for j = 0 .. k-1
+ * (slot_of NULL: row t * k + j), then x[t, :] += o, or dst[t, :] = o where
+ * dst is not NULL (it may be sh). Rows of dim floats.
+ */
+int launch_moe_combine(launch_ctx *c, float *x, float *dst, const float *ys, const int32_t *slot_of, const float *w,
+                       int n, int k, int dim, const float *sh, const float *gate, int gate_ld);
 
 /*
  * out[rows, cols] (ot: f16, bf16 or f32) = the quantized matrix of `a`

@@ -534,9 +534,32 @@ template <k_dtype Q> struct chunk_q1 : x_f32 {
  * and the first step's loads go out before the input is staged: a warp
  * never waits on memory with nothing in flight.
  */
-template <typename C, int IN, bool GLU>
+template <typename C, int IN, bool GLU, bool EXPERTS>
 __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 {
+    /* The experts' product (gemv_args.experts): row y of the grid is choice
+     * y. Its expert is known only once the routing kernel before has run,
+     * so the wait comes first and no weight load overlaps that kernel's
+     * tail (the dense product's first loads do); then the rest runs on that
+     * expert's matrix, input and output. */
+    if constexpr (EXPERTS) {
+        dependency_wait();
+        const gemv_expert t = a.experts[a.expert_ids[blockIdx.y]];
+        const char *base = a.expert_base;
+        a.w = base + t.w;
+        if (a.scales)
+            a.scales = reinterpret_cast<const float *>(base + t.scales);
+        if (a.code)
+            a.code = reinterpret_cast<const float *>(base + t.code);
+        if (a.am_q)
+            a.am_q = reinterpret_cast<const uint8_t *>(base + t.am_q);
+        if (a.am_s2)
+            a.am_s2 = reinterpret_cast<const float *>(base + t.am_s2);
+        if (a.am_code)
+            a.am_code = reinterpret_cast<const float *>(base + t.am_code);
+        a.x += (size_t)blockIdx.y * a.x_stride;
+        a.y += (size_t)blockIdx.y * a.y_stride;
+    }
     extern __shared__ float4 smem[];
     typedef typename C::X X;
     X *xs = reinterpret_cast<X *>(smem); /* the input [cols (+ PAD every VEC columns)] */
@@ -686,7 +709,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
 template <typename C, int IN, bool GLU>
 static int run(launch_ctx *c, const gemv_args *a, size_t smem)
 {
-    auto kern = k_gemv<C, IN, GLU>;
+    auto kern = a->experts ? k_gemv<C, IN, GLU, true> : k_gemv<C, IN, GLU, false>;
     if (smem + C::TABLE > c->smem_max)
         return launch_fail(c, "gemv: %zu bytes of shared memory for %d columns, %zu here", smem + C::TABLE, a->cols,
                            c->smem_max);
@@ -703,10 +726,14 @@ static int run(launch_ctx *c, const gemv_args *a, size_t smem)
      * (Fewer blocks, so that every warp has the same number of row groups,
      * measured 1-2% slower on the 1B shape and on 4-bit weights.) */
     const long needed = ceil_div(GLU ? a->rows / 2 : ceil_div(a->rows, C::ROWS), GEMV_THREADS / 32);
-    long blocks = (long)c->n_sms * per_sm;
+    /* The experts' product shares the wave among its choices. */
+    const int rows_y = a->experts ? a->n_choices : 1;
+    long blocks = (long)c->n_sms * per_sm / rows_y;
+    if (blocks < 1)
+        blocks = 1;
     if (blocks > needed)
         blocks = needed;
-    cudaError_t e = launch_pdl(c, kern, dim3((unsigned)blocks), dim3(GEMV_THREADS), smem, *a);
+    cudaError_t e = launch_pdl(c, kern, dim3((unsigned)blocks, (unsigned)rows_y), dim3(GEMV_THREADS), smem, *a);
     if (e != cudaSuccess)
         return launch_fail(c, "gemv: %s", cudaGetErrorString(e));
     return launch_check(c, "gemv");
@@ -747,9 +774,10 @@ static bool chunks_fit(const gemv_args *a)
 template <typename C> static bool three_rows(launch_ctx *c, const gemv_args *a, size_t smem)
 {
     typedef chunk_4bit_3rows<C> C3;
-    if (a->glu_out || (C3::ONE_STEP && a->cols > 32 * C3::VEC * C3::UNROLL))
+    if (a->glu_out || a->experts || (C3::ONE_STEP && a->cols > 32 * C3::VEC * C3::UNROLL))
         return false;
-    auto kern = a->in == GEMV_IN_RMSNORM ? k_gemv<C3, GEMV_IN_RMSNORM, false> : k_gemv<C3, GEMV_IN_F32, false>;
+    auto kern = a->in == GEMV_IN_RMSNORM ? k_gemv<C3, GEMV_IN_RMSNORM, false, false>
+                                         : k_gemv<C3, GEMV_IN_F32, false, false>;
     int per_sm = 0;
     if ((smem + C3::TABLE > 48 * 1024 &&
          cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) ||
@@ -783,6 +811,10 @@ extern "C" int launch_gemv(launch_ctx *c, const gemv_args *a)
         return launch_fail(c, "gemv: RMSNorm input without norm weights");
     if (a->glu_out && (a->rows % 2 || a->accumulate))
         return launch_fail(c, "gemv: a gated output needs an even row count and no accumulation");
+    if (a->experts && (!a->expert_base || !a->expert_ids || a->n_choices <= 0 || a->n_choices > 65535 ||
+                       a->x_stride < 0 || a->y_stride < 0 || a->y_max || (a->x_max && a->x_stride)))
+        return launch_fail(c, "gemv: bad expert arguments (%d choices, strides %d and %d)", a->n_choices,
+                           a->x_stride, a->y_stride);
     /* The input in fp32, with 4 spare words every 16 columns at most (tables are static). */
     const size_t smem = ((size_t)a->cols + a->cols / 16 * 4) * sizeof(float);
     /* The types without padding need no spare words where those would not fit. */
