@@ -48,14 +48,16 @@ static const arch_features ARCHES[] = {
      .sliding_window = true, .norms = NORMS_SANDWICH, .norm_offset = true, .embed_scale = true, .query_scalar = 256,
      .softcap = true, .window_period = 6, .local_rope = true, .cuda = true},
     {.name = "Phi3ForCausalLM", .label = "Phi-3", .sliding_window = true, .fused = true, .cuda = true},
-    /* Mixture of experts; the CUDA backend runs none of them yet. */
+    /* Mixture of experts; their CUDA pass (every expert resident, or whole
+     * layers streamed or hosted) has not yet run on a GPU. */
     {.name = "MixtralForCausalLM", .label = "Mixtral", .sliding_window = true, .moe = true, .moe_renorm = true,
-     .moe_block = "block_sparse_moe"},
+     .moe_block = "block_sparse_moe", .cuda = CUDA_PREVIEW},
     {.name = "Qwen2MoeForCausalLM", .label = "Qwen2-MoE", .qkv_bias = true, .sliding_window = true, .moe = true,
-     .moe_ffn_key = true, .moe_shared = true, .moe_sparse_step = true},
+     .moe_ffn_key = true, .moe_shared = true, .moe_sparse_step = true, .cuda = CUDA_PREVIEW},
     {.name = "Qwen3MoeForCausalLM", .label = "Qwen3-MoE", .qk_norm = QK_HEAD, .config_bias = true,
-     .sliding_window = true, .moe = true, .moe_ffn_key = true, .moe_sparse_step = true},
-    {.name = "OlmoeForCausalLM", .label = "OLMoE", .qk_norm = QK_WHOLE, .config_bias = true, .moe = true},
+     .sliding_window = true, .moe = true, .moe_ffn_key = true, .moe_sparse_step = true, .cuda = CUDA_PREVIEW},
+    {.name = "OlmoeForCausalLM", .label = "OLMoE", .qk_norm = QK_WHOLE, .config_bias = true, .moe = true,
+     .cuda = CUDA_PREVIEW},
 };
 
 const arch_features *arch_find(const char *name)

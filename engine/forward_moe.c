@@ -169,3 +169,62 @@ void cpu_moe(const engine_session *s, int l, int n, const float *in, float *out)
                 o[i] += w * y[i];
         }
 }
+
+size_t cpu_moe_token_floats(const cfg_model *c)
+{
+    const size_t dim = (size_t)c->dim, E = (size_t)c->n_experts, k = (size_t)c->n_experts_used;
+    const size_t h = c->moe_ffn_dim > c->shared_ffn_dim ? (size_t)c->moe_ffn_dim : (size_t)c->shared_ffn_dim;
+    return 3 * dim + E + 1 + 2 * k + 2 * h;
+}
+
+/*
+ * One token's expert MLP without a session (a hosted layer, cuda/host_layers.c),
+ * as cpu_moe computes it for n = 1, then joined to the residual stream as
+ * forward_cpu.c's residual_add does: each choice's expert runs, and its
+ * output is added in choice order, the same sums in the same order.
+ */
+void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, float *scratch)
+{
+    const cfg_model *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    const int E = c->n_experts, k = c->n_experts_used, dim = c->dim;
+    const int hmax = c->moe_ffn_dim > c->shared_ffn_dim ? c->moe_ffn_dim : c->shared_ffn_dim;
+    const float eps = (float)c->rms_eps, offset = m->arch->norm_offset ? 1.0f : 0.0f;
+    float *xb = scratch, *out = xb + dim, *y = out + dim, *logits = y + dim, *gate = logits + E, *w = gate + 1;
+    int *ids = (int *)(w + k); /* k ints in k floats' room */
+    float *h = w + 2 * k, *h2 = h + hmax;
+    const float *in = x;
+    if (L->ffn_norm.data) {
+        k_rmsnorm_ex(kc, xb, x, 1, dim, &L->ffn_norm, eps, offset);
+        in = xb;
+    }
+    k_matmul(kc, logits, in, 1, &L->router, NULL);
+    route(logits, E, k, m->arch->moe_renorm || c->norm_topk_prob, ids, w);
+    if (L->shared.w_gate.data) {
+        const int SF = c->shared_ffn_dim;
+        k_matmul(kc, gate, in, 1, &L->shared_gate, NULL);
+        k_matmul(kc, h, in, 1, &L->shared.w_gate, NULL);
+        k_matmul(kc, h2, in, 1, &L->shared.w_up, NULL);
+        if (c->act == CFG_ACT_GELU_TANH)
+            k_geglu(kc, h, h2, (size_t)SF);
+        else
+            k_swiglu(kc, h, h2, (size_t)SF);
+        k_matmul(kc, out, h, 1, &L->shared.w_down, NULL);
+        const float g = 1.0f / (1.0f + expf(-gate[0]));
+        for (int i = 0; i < dim; i++)
+            out[i] *= g;
+    } else {
+        memset(out, 0, (size_t)dim * sizeof *out);
+    }
+    for (int j = 0; j < k; j++) {
+        memcpy(y, in, (size_t)dim * sizeof *y);
+        run_expert(kc, c, &L->experts[ids[j]], 1, y, h, h2);
+        for (int i = 0; i < dim; i++)
+            out[i] += w[j] * y[i];
+    }
+    if (L->ffn_post_norm.data)
+        k_rmsnorm_ex(kc, out, out, 1, dim, &L->ffn_post_norm, eps, offset);
+    if (c->residual_multiplier != 1.0)
+        k_scale(kc, out, (float)c->residual_multiplier, (size_t)dim);
+    k_add(kc, x, out, (size_t)dim);
+}

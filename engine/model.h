@@ -396,6 +396,13 @@ void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *
  * (forward_moe.c), with the session's moe_* scratch and hb, hb2 [n,
  * shared_ffn_dim] for a shared expert. in and out may be the same rows. */
 void cpu_moe(const engine_session *s, int l, int n, const float *in, float *out);
+/* One token's expert MLP of layer l without a session, x [dim] += its output
+ * (norms and the residual multiplier applied as the pass applies them);
+ * the CUDA backend's hosted layers run it after cpu_layer_out, which leaves
+ * an expert layer's MLP out. scratch: cpu_moe_token_floats() floats; kc's
+ * scratch sized for model_ffn_max columns. */
+size_t cpu_moe_token_floats(const cfg_model *c);
+void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, float *scratch);
 /* The threads hosted layers use: all but one, which waits for the GPU. */
 static inline int model_host_threads(const engine_model *m)
 {

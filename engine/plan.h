@@ -21,6 +21,7 @@
 #define PLAN_STEP_INTS 8                      /* the decode step's device ints (cuda/state.h)   */
 #define PLAN_Q4_COUNTS 256                    /* gemm_q4_work.count: a CTA each, 132 on an H100 */
 #define PLAN_GRANULARITY ((uint64_t)2 << 20)  /* arena regions map in 2 MiB units (HARDWARE.md) */
+#define PLAN_EXPERT_ENTRY 48                  /* sizeof(gemv_expert): an expert matrix's offsets */
 
 /* Device bytes of a model's weights as the CUDA backend lays them out. */
 typedef struct plan_weights {
@@ -82,7 +83,25 @@ typedef struct plan_session_bufs {
     void *q4_count;  /* [PLAN_Q4_COUNTS] u32: the fused 4-bit product's counters */
     void *attn_part; /* [PLAN_ATTN_PART_FLOATS] f32: decode attention's partial results (portable merge) */
     void *attn_count;/* [n_kv_heads] u32: its counters                       */
+    /* Expert layers (cfg.n_experts > 0; else NULL). E experts, k a token,
+     * slots = n_batch * k (token, choice) pairs; a prompt's slots grouped by
+     * expert take up to rows = slots + E * (pad - 1) rows (plan_moe_pad). */
+    void *moe_logits;/* [n_batch, E + 1] f32: router logits, then the shared expert's gate */
+    void *moe_ids;   /* [slots] int32: each choice's expert       */
+    void *moe_w;     /* [slots] f32: its routing weight           */
+    void *moe_slot;  /* [slots] int32: its row in the grouped buffers */
+    void *moe_tok;   /* [rows] int32: each grouped row's token, -1 for padding */
+    void *moe_first; /* [2E + 1] int32: each expert's first row, the rows used, each expert's count */
+    void *moe_act;   /* [rows, dim] wt: the rows' inputs          */
+    void *moe_gu;    /* [rows, 2 * moe_ffn] f32 (decode: [k, moe_ffn], the gated hidden states) */
+    void *moe_h;     /* [rows, moe_ffn] wt                         */
+    void *moe_out;   /* [rows, dim] f32: each row's expert output  */
+    void *moe_sh;    /* [n_batch, dim] f32: the shared expert's output */
 } plan_session_bufs;
+/* Rows each expert's group of grouped rows starts at a multiple of, so
+ * that every group's rows in the grouped buffers are 256-byte aligned, as
+ * cuBLASLt wants its pointers: 1 for real shapes. */
+int plan_moe_pad(const cfg_model *c, k_dtype wt);
 uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_ctx, uint64_t deq_elems,
                              uint64_t argmax_bytes, char *base, plan_session_bufs *out);
 

@@ -180,12 +180,13 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
             mat_bytes(&off, gu, 2, wt, q, &w->deq_elems);
             mat_bytes(&off, down, 1, wt, q, &w->deq_elems);
         } else {
-            /* An expert layer: every expert's gate and up stacked, and its
-             * down (all of them: which a token picks is known only then),
-             * a shared expert likewise; the router and the shared gate
-             * stay as stored (quantize_on_load leaves them). */
-            const k_weight *router[] = {&L->router}, *sgate[] = {&L->shared_gate};
-            mat_bytes(&off, router, 1, wt, ENGINE_QUANT_NONE, NULL);
+            /* An expert layer (put_layer_mats of cuda/model_cuda.c): the
+             * router with the shared expert's gate as a last row, as stored
+             * (quantize_on_load leaves them); every expert's gate and up
+             * stacked, and its down (all of them: which a token picks is
+             * known only then); a shared expert likewise. */
+            const k_weight *router[] = {&L->router, &L->shared_gate};
+            mat_bytes(&off, router, L->shared_gate.data ? 2 : 1, wt, ENGINE_QUANT_NONE, &w->deq_elems);
             for (int x = 0; x < c->n_experts; x++) {
                 const k_weight *egu[] = {&L->experts[x].w_gate, &L->experts[x].w_up}, *ed[] = {&L->experts[x].w_down};
                 mat_bytes(&off, egu, 2, wt, q, &w->deq_elems);
@@ -195,7 +196,6 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
                 const k_weight *sgu[] = {&L->shared.w_gate, &L->shared.w_up}, *sd[] = {&L->shared.w_down};
                 mat_bytes(&off, sgu, 2, wt, q, &w->deq_elems);
                 mat_bytes(&off, sd, 1, wt, q, &w->deq_elems);
-                mat_bytes(&off, sgate, 1, wt, ENGINE_QUANT_NONE, NULL);
             }
         }
         off = round_up(off, PLAN_ALIGN);
@@ -220,12 +220,37 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
             carve(NULL, &off, 2 * (uint64_t)c->ffn_dim * sizeof(float), PLAN_ALIGN);
         if (L->b_down.data)
             vec_bytes(&off, &L->b_down, K_F32);
+        /* Where each expert's gate/up and down lie from the layer's matrices'
+         * base: read on the device by the decode product, resident even when
+         * the matrices stream (offsets, so they hold in either slot). */
+        if (L->experts)
+            carve(NULL, &off, 2 * (uint64_t)c->n_experts * PLAN_EXPERT_ENTRY, PLAN_ALIGN);
         off = round_up(off, PLAN_ALIGN);
         w->layer[l] = off - start;
     }
     w->total = off;
     w->format = plan_format_label(c->n_layers > 0 ? &m->layers[0].wq : &m->tok_emb, q, wt);
     return ENGINE_OK;
+}
+
+/* Rows a row of `bytes` takes to a multiple of 256 bytes: a power of two. */
+static int rows_to_256(uint64_t bytes)
+{
+    int r = 1;
+    while ((bytes * (uint64_t)r) % 256 != 0 && r < 256)
+        r *= 2;
+    return r;
+}
+
+int plan_moe_pad(const cfg_model *c, k_dtype wt)
+{
+    const uint64_t ws = k_dtype_size(wt), dim = (uint64_t)c->dim, F = (uint64_t)c->moe_ffn_dim;
+    const uint64_t row[] = {dim * ws, 2 * F * sizeof(float), F * ws, dim * sizeof(float)};
+    int pad = 1;
+    for (size_t i = 0; i < sizeof row / sizeof row[0]; i++)
+        if (rows_to_256(row[i]) > pad)
+            pad = rows_to_256(row[i]);
+    return pad;
 }
 
 uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_ctx, uint64_t deq_elems,
@@ -257,15 +282,26 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
         b.rope_cos_local = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
         b.rope_sin_local = carve(base, &off, ctx * half * sizeof(float), PLAN_ALIGN);
     }
-    /* Expert layers route each token to k experts: router logits and, per
-     * (token, choice), its input, hidden state and output, as the CPU
-     * session holds them. Counted so the plan holds them; the CUDA session
-     * runs no expert layer yet and names no buffer for them. */
+    /* Expert layers route each token to k experts: router logits, the
+     * choices, and a prompt's (token, choice) slots grouped by expert, each
+     * group's rows from a multiple of plan_moe_pad (decode uses the first
+     * k rows). */
+    b.moe_logits = b.moe_ids = b.moe_w = b.moe_slot = b.moe_tok = b.moe_first = NULL;
+    b.moe_act = b.moe_gu = b.moe_h = b.moe_out = b.moe_sh = NULL;
     if (c->n_experts > 0) {
-        const uint64_t slots = nb * (uint64_t)c->n_experts_used;
-        carve(base, &off, nb * (uint64_t)c->n_experts * sizeof(float), PLAN_ALIGN);
-        carve(base, &off, slots * (2 * (uint64_t)c->dim + 2 * (uint64_t)c->moe_ffn_dim + 3) * sizeof(float),
-              PLAN_ALIGN);
+        const uint64_t E = (uint64_t)c->n_experts, slots = nb * (uint64_t)c->n_experts_used;
+        const uint64_t rows = slots + E * (uint64_t)(plan_moe_pad(c, wt) - 1), F = (uint64_t)c->moe_ffn_dim;
+        b.moe_logits = carve(base, &off, nb * (E + 1) * sizeof(float), PLAN_ALIGN);
+        b.moe_ids = carve(base, &off, slots * sizeof(int32_t), PLAN_ALIGN);
+        b.moe_w = carve(base, &off, slots * sizeof(float), PLAN_ALIGN);
+        b.moe_slot = carve(base, &off, slots * sizeof(int32_t), PLAN_ALIGN);
+        b.moe_tok = carve(base, &off, rows * sizeof(int32_t), PLAN_ALIGN);
+        b.moe_first = carve(base, &off, (2 * E + 1) * sizeof(int32_t), PLAN_ALIGN);
+        b.moe_act = carve(base, &off, rows * c->dim * ws, PLAN_ALIGN);
+        b.moe_gu = carve(base, &off, rows * 2 * F * sizeof(float), PLAN_ALIGN);
+        b.moe_h = carve(base, &off, rows * F * ws, PLAN_ALIGN);
+        b.moe_out = carve(base, &off, rows * c->dim * sizeof(float), PLAN_ALIGN);
+        b.moe_sh = carve(base, &off, nb * c->dim * sizeof(float), PLAN_ALIGN);
     }
     b.argmax_scratch = carve(base, &off, argmax_bytes, PLAN_ALIGN);
     b.deq = carve(base, &off, deq_elems * ws, PLAN_ALIGN);

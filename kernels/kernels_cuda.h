@@ -362,8 +362,8 @@ int launch_moe_route(launch_ctx *c, const float *logits, int ld, int n, int E, i
  * prefill products: expert e's slots are rows [first[e], first[e] +
  * count) of the grouped buffers, in token order, each group starting at a
  * multiple of pad rows (a power of two, so that every group's rows are
- * 256-byte aligned for cuBLASLt); first[E] is the rows used in all.
- * slot_of[t * k + j] gets the row of token t's choice j, tok_of[r] the
+ * 256-byte aligned for cuBLASLt); first[E] is the rows used in all, and
+ * first[E + 1 + e] expert e's count (first: 2E + 1 ints). slot_of[t * k + j] gets the row of token t's choice j, tok_of[r] the
  * token of row r (-1 for padding), for r < cap (>= n * k + E * (pad - 1)).
  * One block; deterministic.
  */

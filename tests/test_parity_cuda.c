@@ -20,7 +20,10 @@
  * The architectures whose CUDA pass has not yet run on a GPU (the
  * mixture-of-experts ones) are refused there unless the library was
  * built with ENGINE_CUDA_PREVIEW (engine/arch.c): each refused fixture is
- * named and left out, the others checked as the rest.
+ * named and left out, the others checked as the rest. The MoE fixtures'
+ * routers have clear margins (tests/fixtures/make_fixtures.py), so a
+ * rounding difference does not change which experts run: their fp32
+ * criteria are the dense ones', with every weight format.
  * Skips (77) without a GPU.
  */
 #define _XOPEN_SOURCE 700 /* realpath, mkdtemp, symlink */
@@ -625,6 +628,26 @@ int main(void)
         parity(name, path, true, ENGINE_QUANT_INT8);
         snprintf(name, sizeof name, "%s nf4", new_archs[i]);
         parity(name, path, true, ENGINE_QUANT_NF4);
+    }
+    /* Mixture of experts: routing, the experts' batched decode product
+     * and the prefill's per-expert products; Qwen2-MoE's shared expert and
+     * sigmoid gate and its dense layer, Qwen3-MoE's alternate expert
+     * layers and renormalised top-4 of 16, OLMoE's whole-projection q/k
+     * norms. Every weight format of the decode product. */
+    static const char *const moe_archs[] = {"mixtral_f32", "qwen2moe_f32", "qwen3moe_f32", "olmoe_f32"};
+    for (size_t i = 0; i < sizeof moe_archs / sizeof moe_archs[0]; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/%s", moe_archs[i]);
+        test_data_path(path, sizeof path, rel);
+        if (cuda_refuses(moe_archs[i], path))
+            continue;
+        parity(moe_archs[i], path, true, ENGINE_QUANT_NONE);
+        kv_parity(moe_archs[i], path);
+        for (size_t q = 0; q < sizeof quants / sizeof quants[0]; q++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s %s", moe_archs[i], quants[q].name);
+            parity(name, path, true, quants[q].q);
+        }
     }
     char plain[64];
     if (phi3_plain_rope(test_data_path(path, sizeof path, "models/phi3_f32"), plain)) {

@@ -740,14 +740,17 @@ static void test_moe_fixtures(void)
         const char *name;
         uint64_t layer[3];
     } cases[] = {
-        /* q/k/v (64+32+32)x64, o 64x64, router 8x64, 8 experts of gate/up 2x48x64 and down 64x48, two norms */
-        {"models/mixtral_f32", {(128 * 64 + 64 * 64 + 8 * 64 + 8 * (96 * 64 + 64 * 48) + 2 * 64) * 4,
-                                (128 * 64 + 64 * 64 + 8 * 64 + 8 * (96 * 64 + 64 * 48) + 2 * 64) * 4, 0}},
+        /* q/k/v (64+32+32)x64, o 64x64, router 8x64, 8 experts of gate/up 2x48x64 and down 64x48, two norms,
+         * and where each expert's two matrices lie (PLAN_EXPERT_ENTRY bytes each, the CUDA decode's table) */
+        {"models/mixtral_f32", {(128 * 64 + 64 * 64 + 8 * 64 + 8 * (96 * 64 + 64 * 48) + 2 * 64) * 4 + 16 * 48,
+                                (128 * 64 + 64 * 64 + 8 * 64 + 8 * (96 * 64 + 64 * 48) + 2 * 64) * 4 + 16 * 48, 0}},
         /* ... q/k/v biases, experts of 32, a shared expert of 160 and its 1x64 gate; layer 1 a dense MLP of 96 */
         {"models/qwen2moe_f32",
-         {(128 * 64 + 128 + 64 * 64 + 8 * 64 + 8 * (64 * 64 + 64 * 32) + 320 * 64 + 64 * 160 + 64 + 2 * 64) * 4,
+         {(128 * 64 + 128 + 64 * 64 + 8 * 64 + 8 * (64 * 64 + 64 * 32) + 320 * 64 + 64 * 160 + 64 + 2 * 64) * 4 +
+              16 * 48,
           (128 * 64 + 128 + 64 * 64 + 192 * 64 + 64 * 96 + 2 * 64) * 4,
-          (128 * 64 + 128 + 64 * 64 + 8 * 64 + 8 * (64 * 64 + 64 * 32) + 320 * 64 + 64 * 160 + 64 + 2 * 64) * 4}},
+          (128 * 64 + 128 + 64 * 64 + 8 * 64 + 8 * (64 * 64 + 64 * 32) + 320 * 64 + 64 * 160 + 64 + 2 * 64) * 4 +
+              16 * 48}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[512], err[512];

@@ -137,7 +137,8 @@ static void set_mat(gemv_args *g, const cuda_mat *w)
  * is 4-bit and the fused product (gemm_q4.cu) should be faster for its
  * shape: that one decodes in registers on the way to the tensor cores.
  */
-static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *w, int n, int rows, int cols)
+static int product_x(cuda_session *cs, float *y, bool accumulate, const void *x, const cuda_mat *w, int n, int rows,
+                     int cols)
 {
     const void *dense = w->w;
     if (k_dtype_is_quant(w->t)) {
@@ -145,11 +146,167 @@ static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *
         set_mat(&g, w);
         const int sub = cs->lc.fast[K_OP_GEMM_Q4] ? gemm_q4_tiles(&cs->lc, &g, cs->cm->wt, n, &cs->q4_work) : 0;
         if (sub)
-            return launch_gemm_q4(&cs->lc, y, accumulate, cs->act, cs->cm->wt, &g, n, sub, &cs->q4_work);
+            return launch_gemm_q4(&cs->lc, y, accumulate, x, cs->cm->wt, &g, n, sub, &cs->q4_work);
         TRY(launch_dequant(&cs->lc, cs->deq, cs->cm->wt, &g));
         dense = cs->deq;
     }
-    return launch_gemm(&cs->lc, y, accumulate, cs->act, dense, cs->cm->wt, n, rows, cols);
+    return launch_gemm(&cs->lc, y, accumulate, x, dense, cs->cm->wt, n, rows, cols);
+}
+
+/* The same on the session's product input (act). */
+static int product(cuda_session *cs, float *y, bool accumulate, const cuda_mat *w, int n, int rows, int cols)
+{
+    return product_x(cs, y, accumulate, cs->act, w, n, rows, cols);
+}
+
+/* The matrix an expert layer's gate/up product reads its input's maximum for (max_slot): the experts'. */
+static const cuda_mat *gu_reader(const cuda_layer *D)
+{
+    return D->moe ? &D->ex_gu : &D->w_gu;
+}
+
+/* Expert e's gate/up (down: its down projection) where the layer's matrices are now. */
+static cuda_mat expert_mat(const cuda_layer *D, int e, bool down)
+{
+    const gemv_expert *o = &D->ex_off[2 * e + down];
+    cuda_mat m = down ? D->ex_down : D->ex_gu;
+    char *b = D->ex_base;
+    m.w = b + o->w;
+    if (m.scales)
+        m.scales = (float *)(b + o->scales);
+    if (m.code)
+        m.code = (float *)(b + o->code);
+    if (m.am_q)
+        m.am_q = (uint8_t *)(b + o->am_q);
+    if (m.am_s2)
+        m.am_s2 = (float *)(b + o->am_s2);
+    if (m.am_code)
+        m.am_code = (float *)(b + o->am_code);
+    return m;
+}
+
+static bool moe_renorm(const engine_model *m)
+{
+    return m->arch->moe_renorm || m->cfg.norm_topk_prob;
+}
+
+/*
+ * An expert layer's MLP for one token (decode, captured in the graph):
+ * the router's logits (the shared expert's gate among them) by the decode
+ * product with the MLP's norm folded in, as the dense gate/up product
+ * does; the routing on the device; the chosen experts' gate/up and down,
+ * one launch each over the k choices; the shared expert; and the weighted
+ * sum into x. x_max: the input's maximum (max_slot), or NULL.
+ */
+static int moe_decode(cuda_session *cs, const engine_session *s, int l, uint32_t *x_max)
+{
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
+    const cuda_layer *D = &cs->layers[l];
+    launch_ctx *lc = &cs->lc;
+    const int E = c->n_experts, k = c->n_experts_used, F = c->moe_ffn_dim, dim = c->dim;
+    const bool shared = D->sh_gu.w != NULL, gelu = c->act == CFG_ACT_GELU_TANH;
+    const int nr = E + shared; /* the router's rows: the shared gate is the last */
+    const gemv_input in = D->ffn_norm ? GEMV_IN_RMSNORM : GEMV_IN_F32;
+    const float eps = (float)c->rms_eps;
+    gemv_args r = {.y = cs->moe_logits, .rows = nr, .cols = dim, .in = in, .x = cs->x, .norm = D->ffn_norm,
+                   .eps = eps, .x_max = x_max};
+    set_mat(&r, &D->router);
+    TRY(launch_gemv(lc, &r));
+    TRY(launch_moe_route(lc, cs->moe_logits, nr, 1, E, k, moe_renorm(m), cs->moe_ids, cs->moe_w));
+    /* Choice j's gated hidden state at moe_gu + j * F, its output at moe_out + j * dim. */
+    gemv_args gu = {.y = cs->moe_gu, .rows = 2 * F, .cols = dim, .in = in, .x = cs->x, .norm = D->ffn_norm,
+                    .eps = eps, .glu_out = true, .gelu = gelu, .x_max = x_max, .experts = D->ex_table,
+                    .expert_base = D->ex_base, .expert_ids = cs->moe_ids, .n_choices = k, .x_stride = 0,
+                    .y_stride = F};
+    set_mat(&gu, &D->ex_gu);
+    TRY(launch_gemv(lc, &gu));
+    gemv_args down = {.y = cs->moe_out, .rows = dim, .cols = F, .in = GEMV_IN_F32, .x = cs->moe_gu,
+                      .experts = D->ex_table, .expert_base = D->ex_base, .expert_ids = cs->moe_ids, .n_choices = k,
+                      .x_stride = F, .y_stride = dim};
+    set_mat(&down, &D->ex_down);
+    TRY(launch_gemv(lc, &down));
+    if (shared) {
+        const int SF = c->shared_ffn_dim;
+        gemv_args sg = {.y = cs->gu, .rows = 2 * SF, .cols = dim, .in = in, .x = cs->x, .norm = D->ffn_norm,
+                        .eps = eps, .glu_out = true, .gelu = gelu, .x_max = x_max};
+        set_mat(&sg, &D->sh_gu);
+        TRY(launch_gemv(lc, &sg));
+        gemv_args sd = {.y = cs->moe_sh, .rows = dim, .cols = SF, .in = GEMV_IN_F32, .x = cs->gu};
+        set_mat(&sd, &D->sh_down);
+        TRY(launch_gemv(lc, &sd));
+    }
+    /* Unfolded: the sum to moe_sh (each element read before it is written), then residual(). */
+    float *dst = cs->unfolded ? cs->moe_sh : NULL;
+    TRY(launch_moe_combine(lc, cs->x, dst, cs->moe_out, NULL, cs->moe_w, 1, k, dim, shared ? cs->moe_sh : NULL,
+                           cs->moe_logits + E, nr));
+    return cs->unfolded ? residual(cs, s, cs->moe_sh, D->ffn_post_norm, 1) : 0;
+}
+
+/*
+ * An expert layer's MLP for a prompt of n tokens, its input normed in act:
+ * router logits by a product, the routing, the (token, choice) slots
+ * grouped by expert on the device and their inputs gathered; the groups'
+ * sizes cross to the host (the one wait of the layer) so that each picked
+ * expert runs its gate/up and down products over its rows alone, and an
+ * expert nobody picked costs nothing; then the shared expert, and each
+ * token's experts summed into x in the order it chose them.
+ */
+static int moe_prefill(cuda_session *cs, const engine_session *s, int l, int n)
+{
+    const engine_model *m = s->model;
+    const cfg_model *c = &m->cfg;
+    const cuda_layer *D = &cs->layers[l];
+    launch_ctx *lc = &cs->lc;
+    const k_dtype wt = cs->cm->wt;
+    const size_t ws = k_dtype_size(wt);
+    const int E = c->n_experts, k = c->n_experts_used, F = c->moe_ffn_dim, dim = c->dim;
+    const bool shared = D->sh_gu.w != NULL;
+    const int nr = E + shared, cap = n * k + E * (cs->moe_pad - 1);
+    TRY(product(cs, cs->moe_logits, false, &D->router, n, nr, dim));
+    TRY(launch_moe_route(lc, cs->moe_logits, nr, n, E, k, moe_renorm(m), cs->moe_ids, cs->moe_w));
+    TRY(launch_moe_group(lc, cs->moe_ids, n, k, E, cs->moe_pad, cap, cs->moe_first, cs->moe_slot, cs->moe_tok));
+    TRY(launch_moe_gather(lc, cs->moe_act, cs->act, wt, cs->moe_tok, cap, dim));
+    cudaError_t ce = cudaMemcpyAsync(cs->h_moe_first, cs->moe_first, (2 * (size_t)E + 1) * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, lc->stream);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(lc->stream);
+    if (ce != cudaSuccess)
+        return launch_fail(lc, "experts of layer %d: %s", l, cudaGetErrorString(ce));
+    const int32_t *first = cs->h_moe_first, *count = first + E + 1;
+    for (int e = 0; e < E; e++) {
+        if (count[e] <= 0)
+            continue;
+        const cuda_mat g = expert_mat(D, e, false);
+        const size_t r0 = (size_t)first[e];
+        TRY(product_x(cs, cs->moe_gu + r0 * 2 * F, false, (char *)cs->moe_act + r0 * dim * ws, &g, count[e], 2 * F,
+                      dim));
+    }
+    /* Every row at once: padding rows are never read. */
+    if (c->act == CFG_ACT_GELU_TANH)
+        TRY(launch_geglu(lc, cs->moe_h, wt, cs->moe_gu, first[E], F));
+    else
+        TRY(launch_swiglu(lc, cs->moe_h, wt, cs->moe_gu, first[E], F));
+    for (int e = 0; e < E; e++) {
+        if (count[e] <= 0)
+            continue;
+        const cuda_mat d = expert_mat(D, e, true);
+        const size_t r0 = (size_t)first[e];
+        TRY(product_x(cs, cs->moe_out + r0 * dim, false, (char *)cs->moe_h + r0 * F * ws, &d, count[e], dim, F));
+    }
+    if (shared) { /* act still holds the input (gathered above); then its hidden state */
+        const int SF = c->shared_ffn_dim;
+        TRY(product(cs, cs->gu, false, &D->sh_gu, n, 2 * SF, dim));
+        if (c->act == CFG_ACT_GELU_TANH)
+            TRY(launch_geglu(lc, cs->act, wt, cs->gu, n, SF));
+        else
+            TRY(launch_swiglu(lc, cs->act, wt, cs->gu, n, SF));
+        TRY(product(cs, cs->moe_sh, false, &D->sh_down, n, dim, SF));
+    }
+    float *dst = cs->unfolded ? cs->moe_sh : NULL;
+    TRY(launch_moe_combine(lc, cs->x, dst, cs->moe_out, cs->moe_slot, cs->moe_w, n, k, dim,
+                           shared ? cs->moe_sh : NULL, cs->moe_logits + E, nr));
+    return cs->unfolded ? residual(cs, s, cs->moe_sh, D->ffn_post_norm, n) : 0;
 }
 
 /*
@@ -166,6 +323,9 @@ static uint32_t *max_slot(cuda_session *cs, int l, int k, const cuda_mat *reader
     if ((reader->t != K_NF4 && reader->t != K_FP4) || (k == 0 && (l == 0 || stream_hosted(cs, l - 1))) ||
         cs->unfolded)
         return NULL;
+    /* Nor does an expert layer's weighted sum; and its down products read k inputs, each finding its own. */
+    if ((k == 0 && cs->layers[l - 1].moe) || (k == 3 && cs->layers[l].moe))
+        return NULL;
     return cs->in_max + 4 * (size_t)l + k;
 }
 
@@ -174,7 +334,7 @@ static bool any_max_slot(cuda_session *cs, int n_layers)
 {
     for (int l = 0; l < n_layers; l++) {
         const cuda_layer *D = &cs->layers[l];
-        if (max_slot(cs, l, 0, &D->wqkv) || max_slot(cs, l, 1, &D->wo) || max_slot(cs, l, 2, &D->w_gu) ||
+        if (max_slot(cs, l, 0, &D->wqkv) || max_slot(cs, l, 1, &D->wo) || max_slot(cs, l, 2, gu_reader(D)) ||
             max_slot(cs, l, 3, &D->w_down))
             return true;
     }
@@ -283,12 +443,17 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         ra.out_max = max_slot(cs, l, 1, &D->wo);
         TRY(attend(cs, s, &ra, l));
         gemv_args o = {.y = o_out, .accumulate = !unf, .rows = dim, .cols = qd, .bias = D->b_o, .in = GEMV_IN_F32,
-                       .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, &D->w_gu),
+                       .x = cs->att, .x_max = ra.out_max, .y_max = max_slot(cs, l, 2, gu_reader(D)),
                        .y_max_norm = D->ffn_norm};
         set_mat(&o, &D->wo);
         TRY(launch_gemv(lc, &o));
         if (unf)
             TRY(residual(cs, s, o_out, D->attn_post_norm, 1));
+        if (D->moe) {
+            TRY(moe_decode(cs, s, l, o.y_max));
+            TRY(stream_after_layer(cs, l));
+            continue;
+        }
         gemv_args gu = {.y = cs->gu, .rows = 2 * c->ffn_dim, .cols = dim, .bias = D->b_gu,
                         .in = D->ffn_norm ? GEMV_IN_RMSNORM : GEMV_IN_F32, .x = cs->x, .norm = D->ffn_norm,
                         .eps = eps, .glu_out = true, .gelu = c->act == CFG_ACT_GELU_TANH, .x_max = o.y_max,
@@ -348,6 +513,11 @@ static int batch_launches(cuda_session *cs, const engine_session *s, int n, int 
         if (unf)
             TRY(residual(cs, s, out, D->attn_post_norm, n));
         TRY(launch_rmsnorm(lc, cs->act, wt, cs->x, D->ffn_norm, n, dim, eps));
+        if (D->moe) {
+            TRY(moe_prefill(cs, s, l, n));
+            TRY(stream_after_layer(cs, l));
+            continue;
+        }
         TRY(product(cs, cs->gu, false, &D->w_gu, n, 2 * ffn, dim));
         if (D->b_gu)
             TRY(launch_bias_add(lc, cs->gu, D->b_gu, n, 2 * ffn));

@@ -32,6 +32,7 @@ struct host_layers {
     float *xb;     /* [max(dim, nh * hd)]                                 */
     float *hb;     /* [ffn]                                               */
     float *hb2;    /* [ffn]                                               */
+    float *moe;    /* cpu_moe_token's scratch (expert layers); else NULL  */
     host_job *jobs;/* [n_layers]                                          */
     double seconds;/* written by the host nodes, read after a sync        */
     /* The trace the CPU track was made in and its id: made by the first host
@@ -48,7 +49,8 @@ engine_status host_layers_create(const engine_session *s, host_layers **out, err
     const cfg_model *c = &m->cfg;
     const size_t qd = (size_t)c->n_heads * c->head_dim, qkvd = qd + 2 * (size_t)c->n_kv_heads * c->head_dim;
     const size_t widest = qd > (size_t)c->dim ? qd : (size_t)c->dim;
-    const size_t cols = widest > (size_t)c->ffn_dim ? widest : (size_t)c->ffn_dim;
+    /* Expert layers multiply by the experts' and the shared expert's widths too. */
+    const size_t ffn = (size_t)model_ffn_max(c), cols = widest > ffn ? widest : ffn;
     *out = NULL;
     host_layers *h = calloc(1, sizeof *h);
     if (!h)
@@ -60,13 +62,14 @@ engine_status host_layers_create(const engine_session *s, host_layers **out, err
     h->kc.scratch = malloc((size_t)h->kc.n_threads * h->kc.scratch_per_thread * sizeof(float));
     h->xb = malloc((widest + 2 * (size_t)c->ffn_dim) * sizeof(float));
     h->jobs = malloc((size_t)c->n_layers * sizeof *h->jobs);
+    h->moe = c->n_experts > 0 ? malloc(cpu_moe_token_floats(c) * sizeof(float)) : NULL;
     cudaError_t ce = cudaHostAlloc((void **)&h->x, ((size_t)c->dim + qkvd + qd) * sizeof(float),
                                    cudaHostAllocPortable | cudaHostAllocMapped);
     if (ce != cudaSuccess)
         h->x = NULL;
     else
         ce = cudaHostGetDevicePointer((void **)&h->dx, h->x, 0);
-    if (!h->kc.scratch || !h->xb || !h->jobs || !h->x) {
+    if (!h->kc.scratch || !h->xb || !h->jobs || !h->x || (c->n_experts > 0 && !h->moe)) {
         host_layers_free(h);
         return ce != cudaSuccess ? err_set(e, ENGINE_ERR_CUDA, "pinned buffers for hosted layers: %s",
                                            cudaGetErrorString(ce))
@@ -93,6 +96,7 @@ void host_layers_free(host_layers *h)
     free(h->kc.scratch);
     free(h->xb);
     free(h->jobs);
+    free(h->moe);
     free(h);
 }
 
@@ -132,6 +136,8 @@ static void CUDART_CB run_after(void *p)
     engine_trace *t = node_trace(h);
     const double t0 = model_seconds(), us0 = trace_now(t);
     cpu_layer_out(h->m, &h->kc, j->layer, 1, h->x, h->att, h->xb, h->hb, h->hb2);
+    if (h->m->layers[j->layer].experts) /* cpu_layer_out leaves an expert layer's MLP out */
+        cpu_moe_token(h->m, &h->kc, j->layer, h->x, h->moe);
     h->seconds += model_seconds() - t0;
     if (t)
         trace_span_args(t, h->trace_tid, "o + ffn of layer", j->layer, "host", us0, trace_now(t) - us0, NULL, 0, NULL,

@@ -425,21 +425,92 @@ static engine_status put_norm(float **dst, const k_weight *w, bool offset, char 
     return st;
 }
 
-/* Layer l's four matrices at base from offset *off. */
+/* Byte offsets of a placed matrix's arrays from base (0 for those it lacks). */
+static gemv_expert mat_offsets(const cuda_mat *d, const char *base)
+{
+#define OFF(p) ((p) ? (uint64_t)((const char *)(p) - base) : 0)
+    return (gemv_expert){OFF(d->w), OFF(d->scales), OFF(d->code), OFF(d->am_q), OFF(d->am_s2), OFF(d->am_code)};
+#undef OFF
+}
+
+/* Whether two placed matrices have one format: the experts' product reads every expert as expert 0's. */
+static bool same_format(const cuda_mat *a, const cuda_mat *b)
+{
+    return a->t == b->t && a->group == b->group && a->am_shift == b->am_shift && !a->scales == !b->scales &&
+           !a->code == !b->code && !a->am_q == !b->am_q && !a->am_s2 == !b->am_s2 && !a->am_code == !b->am_code;
+}
+
+/*
+ * An expert layer's MLP matrices, in plan_weights_of's order: the router
+ * (the shared expert's gate stacked as its last row), each expert's
+ * gate/up and down, the shared expert's. With base set, offs (may be NULL)
+ * gets each expert's offsets from base, and the experts must share a format.
+ */
+static engine_status put_experts(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, char *base,
+                                 uint64_t *off, sink *k, gemv_expert *offs, err_buf *e)
+{
+    const layer_weights *L = &m->layers[l];
+    const k_dtype wt = cm->wt;
+    const k_weight *router[] = {&L->router, &L->shared_gate};
+    engine_status st = put_mat(&D->router, router, L->shared_gate.data ? 2 : 1, wt, base, off, k, &cm->deq_elems,
+                               "the router", e);
+    for (int x = 0; !st && x < m->cfg.n_experts; x++) {
+        const moe_expert *ex = &L->experts[x];
+        const k_weight *gu[] = {&ex->w_gate, &ex->w_up}, *down[] = {&ex->w_down};
+        cuda_mat g, d;
+        st = put_mat(&g, gu, 2, wt, base, off, k, &cm->deq_elems, "an expert's gate/up", e);
+        if (!st)
+            st = put_mat(&d, down, 1, wt, base, off, k, &cm->deq_elems, "an expert's down projection", e);
+        if (st)
+            break;
+        if (x == 0) {
+            D->ex_gu = g;
+            D->ex_down = d;
+        } else if (base && (!same_format(&g, &D->ex_gu) || !same_format(&d, &D->ex_down))) {
+            return err_set(e, ENGINE_ERR_UNSUPPORTED,
+                           "CUDA: the experts of layer %d differ in type or quantization (quantize them alike)", l);
+        }
+        if (base && offs) {
+            offs[2 * x] = mat_offsets(&g, base);
+            offs[2 * x + 1] = mat_offsets(&d, base);
+        }
+    }
+    memset(&D->sh_gu, 0, sizeof D->sh_gu);
+    memset(&D->sh_down, 0, sizeof D->sh_down);
+    if (!st && L->shared.w_gate.data) {
+        const k_weight *gu[] = {&L->shared.w_gate, &L->shared.w_up}, *down[] = {&L->shared.w_down};
+        st = put_mat(&D->sh_gu, gu, 2, wt, base, off, k, &cm->deq_elems, "the shared expert's gate/up", e);
+        if (!st)
+            st = put_mat(&D->sh_down, down, 1, wt, base, off, k, &cm->deq_elems,
+                         "the shared expert's down projection", e);
+    }
+    D->ex_base = base;
+    return st;
+}
+
+/* Layer l's matrices at base from offset *off (an expert layer's experts: offs as put_experts). */
 static engine_status put_layer_mats(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, char *base,
-                                    uint64_t *off, sink *k, err_buf *e)
+                                    uint64_t *off, sink *k, gemv_expert *offs, err_buf *e)
 {
     const layer_weights *L = &m->layers[l];
     const k_dtype wt = cm->wt;
     const k_weight *qkv[] = {&L->wq, &L->wk, &L->wv}, *o[] = {&L->wo}, *gu[] = {&L->w_gate, &L->w_up},
                    *down[] = {&L->w_down};
+    D->moe = L->experts != NULL;
     engine_status st = put_mat(&D->wqkv, qkv, 3, wt, base, off, k, &cm->deq_elems, "q/k/v", e);
     if (!st)
         st = put_mat(&D->wo, o, 1, wt, base, off, k, &cm->deq_elems, "the attention output", e);
-    if (!st)
-        st = put_mat(&D->w_gu, gu, 2, wt, base, off, k, &cm->deq_elems, "gate/up", e);
-    if (!st)
-        st = put_mat(&D->w_down, down, 1, wt, base, off, k, &cm->deq_elems, "the down projection", e);
+    if (D->moe) {
+        memset(&D->w_gu, 0, sizeof D->w_gu);
+        memset(&D->w_down, 0, sizeof D->w_down);
+        if (!st)
+            st = put_experts(cm, m, l, D, base, off, k, offs, e);
+    } else {
+        if (!st)
+            st = put_mat(&D->w_gu, gu, 2, wt, base, off, k, &cm->deq_elems, "gate/up", e);
+        if (!st)
+            st = put_mat(&D->w_down, down, 1, wt, base, off, k, &cm->deq_elems, "the down projection", e);
+    }
     *off = (*off + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
     return st;
 }
@@ -450,8 +521,22 @@ uint64_t cuda_layer_mats(const cuda_model *cm, const engine_model *m, int l, cha
     sink none = {NULL, NULL};
     uint64_t off = 0;
     cuda_layer unused;
-    put_layer_mats(&scratch, m, l, D ? D : &unused, base, &off, &none, NULL);
+    put_layer_mats(&scratch, m, l, D ? D : &unused, base, &off, &none, NULL, NULL);
     return off;
+}
+
+/*
+ * A streamed expert layer's experts' offsets from its slot's start: the
+ * layout again, from 0, at a stand-in base (nothing is written through it:
+ * the sink is empty), since only differences of addresses are kept.
+ */
+static engine_status slot_offsets(cuda_model *cm, const engine_model *m, int l, gemv_expert *offs, err_buf *e)
+{
+    static char stand_in[ALIGN] __attribute__((aligned(ALIGN)));
+    sink none = {NULL, NULL};
+    uint64_t off = 0;
+    cuda_layer tmp;
+    return put_layer_mats(cm, m, l, &tmp, stand_in, &off, &none, offs, e);
 }
 
 /*
@@ -528,15 +613,18 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         const layer_weights *L = &m->layers[l];
         cuda_layer *D = &cm->layers[l];
         const int si = sm ? sm->index[l] : -1;
+        gemv_expert *offs = L->experts ? cm->ex_offs + (size_t)l * 2 * c->n_experts : NULL;
         if (si >= 0) {
             /* Its matrices go to a slot at offsets from 0 (sized by stream_model_open): recorded, not uploaded. */
             sink to_slot = {NULL, rec};
             uint64_t soff = 0;
             if (rec)
                 rec->layer = si;
-            st = put_layer_mats(cm, m, l, D, NULL, &soff, &to_slot, e);
+            st = put_layer_mats(cm, m, l, D, NULL, &soff, &to_slot, NULL, e);
+            if (!st && offs && base)
+                st = slot_offsets(cm, m, l, offs, e);
         } else {
-            st = put_layer_mats(cm, m, l, D, base, &off, &res, e);
+            st = put_layer_mats(cm, m, l, D, base, &off, &res, offs, e);
         }
         /* Biases absent from a stacked set are zero-filled rows of the right size. */
         k_weight zq = {NULL, K_F32, 1, qd}, zkv = {NULL, K_F32, 1, kvd}, zf = {NULL, K_F32, 1, c->ffn_dim};
@@ -556,6 +644,15 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         D->b_down = NULL;
         if (L->b_down.data)
             PUT(D->b_down, &L->b_down, K_F32);
+        /* The experts' offsets, read by the decode product: resident wherever the matrices are. */
+        D->ex_off = offs;
+        D->ex_table = NULL;
+        if (offs) {
+            const uint64_t tb = 2 * (uint64_t)c->n_experts * sizeof(gemv_expert);
+            D->ex_table = (const gemv_expert *)carve_at(base, &off, tb, &at);
+            if (!st)
+                st = sink_bytes(&res, base, at, offs, tb, e);
+        }
         PAD();
     }
     /* A streamed head: row blocks of a slot's size, each recorded as a unit after the layers. */
@@ -666,7 +763,11 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
     if (!cm)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     cm->layers = calloc((size_t)m->cfg.n_layers, sizeof *cm->layers);
-    if (!cm->layers) {
+    if (m->cfg.n_experts > 0)
+        cm->ex_offs = calloc((size_t)m->cfg.n_layers * 2 * (size_t)m->cfg.n_experts, sizeof *cm->ex_offs);
+    if (!cm->layers || (m->cfg.n_experts > 0 && !cm->ex_offs)) {
+        free(cm->layers);
+        free(cm->ex_offs);
         free(cm);
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -785,5 +886,6 @@ void cuda_model_free(cuda_model *cm)
     stream_model_free(cm->sm);
     engine_plan_free(cm->plan);
     free(cm->layers);
+    free(cm->ex_offs);
     free(cm);
 }

@@ -42,6 +42,18 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->in_max = b.in_max;
     cs->attn_part = b.attn_part;
     cs->attn_count = b.attn_count;
+    cs->moe_logits = b.moe_logits;
+    cs->moe_ids = b.moe_ids;
+    cs->moe_w = b.moe_w;
+    cs->moe_slot = b.moe_slot;
+    cs->moe_tok = b.moe_tok;
+    cs->moe_first = b.moe_first;
+    cs->moe_act = b.moe_act;
+    cs->moe_gu = b.moe_gu;
+    cs->moe_h = b.moe_h;
+    cs->moe_out = b.moe_out;
+    cs->moe_sh = b.moe_sh;
+    cs->moe_pad = s->model->cfg.n_experts > 0 ? plan_moe_pad(&s->model->cfg, cs->cm->wt) : 0;
     /* The fused 4-bit product never runs beside the decoding into deq (both are prefill's, on one stream), so
      * its split tiles' partial sums use deq's bytes. */
     cs->q4_work.part = b.deq;
@@ -154,6 +166,8 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
         ce = cudaMallocHost((void **)&cs->h_cand_ids, CAND_MAX * sizeof(int32_t));
     if (ce == cudaSuccess)
         ce = cudaMallocHost((void **)&cs->h_cand_vals, CAND_MAX * sizeof(float));
+    if (ce == cudaSuccess && c->n_experts > 0)
+        ce = cudaMallocHost((void **)&cs->h_moe_first, (2 * (size_t)c->n_experts + 1) * sizeof(int32_t));
     if (ce != cudaSuccess) {
         cuda_session_free(cs);
         return err_set(e, ENGINE_ERR_CUDA, "CUDA session: %s", cudaGetErrorString(ce));
@@ -217,6 +231,8 @@ void cuda_session_free(cuda_session *cs)
         cudaFreeHost(cs->h_cand_ids);
     if (cs->h_cand_vals)
         cudaFreeHost(cs->h_cand_vals);
+    if (cs->h_moe_first)
+        cudaFreeHost(cs->h_moe_first);
     arena_free(cs->cm->arena, cs->lc.workspace);
     arena_free(cs->cm->arena, cs->act_region);
     arena_free(cs->cm->arena, cs->kv);

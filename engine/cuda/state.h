@@ -52,6 +52,19 @@ typedef struct cuda_layer {
     float *b_o;       /* [dim] or NULL                                       */
     float *b_gu;      /* [2*ffn] or NULL                                     */
     float *b_down;    /* [dim] or NULL                                       */
+    /* An expert layer (moe; w_gu and w_down then empty). Its matrices lie
+     * with the others (resident, or in a stream slot); the experts' are
+     * found from ex_base by offsets, which do not depend on where the
+     * layer is, so the tables are made once per model. */
+    bool moe;
+    cuda_mat router;  /* [E (+ 1: the shared expert's gate, Qwen2-MoE), dim] */
+    cuda_mat ex_gu;   /* expert 0's [2*moe_ffn, dim] gate rows, then up rows: the format every expert shares */
+    cuda_mat ex_down; /* expert 0's [dim, moe_ffn]                           */
+    char *ex_base;    /* what the offsets count from: the weights region, or the layer's slot */
+    const gemv_expert *ex_off;   /* host [2E]: expert e's gate/up at [2e], its down at [2e + 1] (model-owned) */
+    const gemv_expert *ex_table; /* the same on the device (resident)    */
+    cuda_mat sh_gu;   /* the shared expert's [2*shared_ffn, dim], or w NULL  */
+    cuda_mat sh_down; /* [dim, shared_ffn]                                   */
 } cuda_layer;
 
 struct cuda_model {
@@ -73,6 +86,7 @@ struct cuda_model {
                            session points them into its slots)            */
     double upload_seconds;
     struct stream_model *sm; /* the streamed layers' sources; NULL when all resident */
+    gemv_expert *ex_offs; /* [n_layers * 2 * n_experts] host: the expert layers' ex_off; NULL without experts */
     engine_plan *plan;  /* the placement (engine_model_plan)               */
     uint64_t reserve;   /* device bytes left out of the budget for the CUDA context */
 };
@@ -85,6 +99,7 @@ struct cuda_model {
  */
 enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_COUNT = 3, STEP_RING = 4, STEP_INTS = 8 };
 _Static_assert(STEP_INTS == PLAN_STEP_INTS, "the planner sizes the step ints");
+_Static_assert(sizeof(gemv_expert) == PLAN_EXPERT_ENTRY, "the planner sizes the experts' tables");
 /* Decode positions from which attention streams the cache: the staged
  * kernel is faster below (8B shape, H200: 13.7 against 20.8 us a layer at
  * 2,048 keys, even at 4,096, 41.3 against 30.9 at 8,192; bench/RESULTS.md,
@@ -130,6 +145,12 @@ struct cuda_session {
     int32_t *step;        /* [STEP_INTS]                                 */
     uint32_t *in_max;     /* [PLAN_IN_MAX_SLOTS]: zero at each decode step's start */
     gemm_q4_work q4_work; /* the fused 4-bit product's split tiles: deq's bytes and [PLAN_Q4_COUNTS] counters */
+    /* Expert layers' buffers (plan_session_bufs says what each holds); NULL without experts. */
+    float *moe_logits, *moe_w, *moe_gu, *moe_out, *moe_sh;
+    int32_t *moe_ids, *moe_slot, *moe_tok, *moe_first;
+    void *moe_act, *moe_h;
+    int32_t *h_moe_first; /* pinned host [2E + 1]: a prompt's groups (launch_moe_group), read back once a layer */
+    int moe_pad;          /* plan_moe_pad                                */
     float *attn_part;     /* [PLAN_ATTN_PART_FLOATS] decode attention's portable merge */
     unsigned *attn_count; /* [n_kv_heads] its counters, zero between launches */
     int32_t *h_ids;       /* pinned host [n_batch]                       */

@@ -147,6 +147,7 @@ __global__ void __launch_bounds__(GROUP_THREADS)
         int at = 0;
         for (int e = 0; e < E; e++) {
             const int c = cnt[e];
+            first[E + 1 + e] = c;
             cnt[e] = at;
             at += (c + pad - 1) / pad * pad;
         }
