@@ -30,7 +30,7 @@ check() { # NAME COMMAND...: run, print one status line, keep the log's tail on 
   if [ "$rc" -ne 0 ]; then tail -20 "$log"; fails=$((fails + 1)); fi
   rm -f "$log"
 }
-for t in test_kernels_cuda test_attention_cuda test_arch_cuda test_arena test_parity_cuda test_plan_cuda test_stream_cuda; do check "$t" "$(bin $t)"; done
+for t in test_kernels_cuda test_attention_cuda test_moe_cuda test_arch_cuda test_arena test_parity_cuda test_plan_cuda test_stream_cuda; do check "$t" "$(bin $t)"; done
 check test_model_cuda env ENGINE_TEST_DEVICE=cuda "$(bin test_model)"
 M=$ROOT/models/stories260K
 # --trace and --trace-svg on the GPU: 3 layers streamed, 1 computed by the CPU (tests/trace_check.sh's checks, device cuda)
