@@ -70,6 +70,7 @@ typedef struct plan_in {
     int n_layers;
     const uint64_t *layer; /* [n_layers] */
     const uint64_t *mats;  /* [n_layers] the part of each that streams */
+    const uint64_t *read;  /* [n_layers] the bytes a token reads of each (an expert layer: its top-k experts) */
     int min_streamed;      /* layers to stream at least */
     bool tied;
     uint64_t emb;          /* the embedding table when untied, else 0 (the head holds it) */
@@ -141,7 +142,7 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
     for (int i = 0; i < items; i++) {
         const bool layer = i < n, streamed = layer && s->k > 0 && is_streamed(i, s->k, n);
         cpu[i] = streamed && is_hosted(i, s, n);
-        bytes[i] = layer ? (cpu[i] ? in->mats[i] : in->layer[i])
+        bytes[i] = layer ? (cpu[i] ? in->mats[i] - (in->layer[i] - in->read[i]) : in->read[i])
                          : blocks > 0 ? (i - n + 1 < blocks ? slot : head - (uint64_t)(blocks - 1) * slot) : in->head;
         need[i] = -1;
         if ((streamed && !cpu[i]) || (!layer && blocks > 0)) {
@@ -188,22 +189,26 @@ out:
 
 static void evaluate(const plan_in *in, plan_state *s)
 {
-    uint64_t slot = 0, hosted = 0;
+    /* hosted: the bytes the CPU reads (an expert layer's top-k experts); hosted_mats: what is not copied */
+    uint64_t slot = 0, hosted = 0, hosted_mats = 0;
     s->resident = s->streamed = s->read = s->moved = 0;
     for (int i = 0; i < in->n_layers; i++) {
         if (s->k > 0 && is_streamed(i, s->k, in->n_layers)) {
             s->streamed += in->mats[i];
-            if (is_hosted(i, s, in->n_layers))
-                hosted += in->mats[i];
+            if (is_hosted(i, s, in->n_layers)) {
+                hosted_mats += in->mats[i];
+                hosted += in->mats[i] - (in->layer[i] - in->read[i]);
+            }
             s->resident += in->layer[i] - in->mats[i]; /* norms and biases stay */
+            s->read += in->layer[i] - in->mats[i];
             if (in->mats[i] > slot)
                 slot = in->mats[i];
         } else {
             s->resident += in->layer[i];
+            s->read += in->read[i];
         }
     }
-    s->read = s->resident;
-    s->moved = s->streamed - hosted;
+    s->moved = s->streamed - hosted_mats;
     s->hosted = hosted;
     if (s->emb_host) {
         s->streamed += in->emb;
@@ -323,6 +328,7 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->n_layers = c->n_layers;
     in->layer = w->layer;
     in->mats = w->layer_mats;
+    in->read = w->layer_read;
     in->min_streamed = p->min_layers_streamed > 0 ? p->min_layers_streamed : 0;
     in->tied = m->lm_head.data == m->tok_emb.data;
     in->emb = in->tied ? 0 : w->emb;
@@ -699,6 +705,10 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->kv_ring_rows = model_kv_ring(c, n_ctx, t->n_batch);
     for (int l = 0; l < c->n_layers && t->kv_ring_rows > 0; l++)
         t->kv_window_layers += model_layer_window(c, l) > 0;
+    for (int l = 0; l < c->n_layers; l++)
+        t->n_expert_layers += m->layers[l].experts != NULL;
+    t->n_experts = t->n_expert_layers > 0 ? c->n_experts : 0;
+    t->n_experts_used = t->n_expert_layers > 0 ? c->n_experts_used : 0;
 
     /* Rows: the embeddings, the layers (each with its own cache: a window layer's may be a ring), the output
      * head. */

@@ -30,6 +30,10 @@ typedef struct plan_weights {
     uint64_t *layer;     /* [n_layers] each layer's matrices, norms, biases  */
     uint64_t *layer_mats;/* [n_layers] of which its four matrices (what streams; the
                             norms and biases of a streamed layer stay resident)  */
+    uint64_t *layer_experts; /* [n_layers] of which its routed experts, all of them
+                            (0 in a dense layer): streamed whole, read k at a time */
+    uint64_t *layer_read;/* [n_layers] the bytes a token reads of it: all but the
+                            experts it did not pick (n_experts_used of n_experts) */
     uint64_t total;      /* the weights region: every carve, padding included */
     uint64_t deq_elems;  /* the largest quantized matrix (prefill scratch)   */
     const char *format;  /* the layers' format label                         */
@@ -38,7 +42,8 @@ typedef struct plan_weights {
 /*
  * Fill w for m with its dense matrices quantized as q would make them
  * (ENGINE_QUANT_NONE: as loaded); w->layer is malloc'd and holds
- * layer_mats too (free(w->layer) frees both). Mirrors place() and
+ * layer_mats, layer_experts and layer_read too (free(w->layer) frees
+ * them all). Mirrors place() and
  * put_mat() of cuda/model_cuda.c: every part (the embeddings, the head,
  * a layer's matrices, a layer's norms and biases) is padded to PLAN_ALIGN,
  * so any subset of parts lays out to the sum of their sizes.

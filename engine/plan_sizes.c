@@ -149,10 +149,12 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
     const k_dtype wt = m->tok_emb.dtype; /* model_cuda.c: cm->wt */
     memset(w, 0, sizeof *w);
     const size_t n = c->n_layers > 0 ? (size_t)c->n_layers : 1;
-    w->layer = calloc(2 * n, sizeof *w->layer);
+    w->layer = calloc(4 * n, sizeof *w->layer);
     if (!w->layer)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "plan: out of memory for %d layers", c->n_layers);
     w->layer_mats = w->layer + n;
+    w->layer_experts = w->layer + 2 * n;
+    w->layer_read = w->layer + 3 * n;
     const uint64_t qd = (uint64_t)c->n_heads * c->head_dim, kvd = (uint64_t)c->n_kv_heads * c->head_dim;
     uint64_t off = 0, start;
     vec_bytes(&off, &m->tok_emb, wt);
@@ -187,11 +189,13 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
              * known only then); a shared expert likewise. */
             const k_weight *router[] = {&L->router, &L->shared_gate};
             mat_bytes(&off, router, L->shared_gate.data ? 2 : 1, wt, ENGINE_QUANT_NONE, &w->deq_elems);
+            const uint64_t ex0 = off;
             for (int x = 0; x < c->n_experts; x++) {
                 const k_weight *egu[] = {&L->experts[x].w_gate, &L->experts[x].w_up}, *ed[] = {&L->experts[x].w_down};
                 mat_bytes(&off, egu, 2, wt, q, &w->deq_elems);
                 mat_bytes(&off, ed, 1, wt, q, &w->deq_elems);
             }
+            w->layer_experts[l] = off - ex0;
             if (L->shared.w_gate.data) {
                 const k_weight *sgu[] = {&L->shared.w_gate, &L->shared.w_up}, *sd[] = {&L->shared.w_down};
                 mat_bytes(&off, sgu, 2, wt, q, &w->deq_elems);
@@ -227,6 +231,9 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
             carve(NULL, &off, 2 * (uint64_t)c->n_experts * PLAN_EXPERT_ENTRY, PLAN_ALIGN);
         off = round_up(off, PLAN_ALIGN);
         w->layer[l] = off - start;
+        /* A token reads its top-k experts of the n (they are all one size). */
+        const uint64_t ex = w->layer_experts[l];
+        w->layer_read[l] = w->layer[l] - ex + (c->n_experts > 0 ? ex / c->n_experts * c->n_experts_used : 0);
     }
     w->total = off;
     w->format = plan_format_label(c->n_layers > 0 ? &m->layers[0].wq : &m->tok_emb, q, wt);

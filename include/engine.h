@@ -602,6 +602,10 @@ typedef struct engine_plan_totals {
     int kv_window_layers;        /* sliding-window layers whose cache is a ring of kv_ring_rows
                                     positions (their last ones) instead of n_ctx; 0: none           */
     int kv_ring_rows;            /* window + n_batch + 1 where that is below n_ctx, else 0          */
+    int n_expert_layers;         /* mixture-of-experts layers; 0 for a dense model                  */
+    int n_experts, n_experts_used; /* experts a layer and the top-k a token runs: read_per_token and
+                                    host_per_token count only those k of each layer's experts (the
+                                    planner places whole layers: a streamed one moves all of them) */
 } engine_plan_totals;
 
 /* The same plan with the layers quantized to another format (as --quant would). */

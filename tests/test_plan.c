@@ -739,18 +739,21 @@ static void test_moe_fixtures(void)
     static const struct {
         const char *name;
         uint64_t layer[3];
+        uint64_t unread[3]; /* a token's bytes of the 6 experts of 8 it does not pick */
     } cases[] = {
         /* q/k/v (64+32+32)x64, o 64x64, router 8x64, 8 experts of gate/up 2x48x64 and down 64x48, two norms,
          * and where each expert's two matrices lie (PLAN_EXPERT_ENTRY bytes each, the CUDA decode's table) */
         {"models/mixtral_f32", {(128 * 64 + 64 * 64 + 8 * 64 + 8 * (96 * 64 + 64 * 48) + 2 * 64) * 4 + 16 * 48,
-                                (128 * 64 + 64 * 64 + 8 * 64 + 8 * (96 * 64 + 64 * 48) + 2 * 64) * 4 + 16 * 48, 0}},
+                                (128 * 64 + 64 * 64 + 8 * 64 + 8 * (96 * 64 + 64 * 48) + 2 * 64) * 4 + 16 * 48, 0},
+         {6 * (96 * 64 + 64 * 48) * 4, 6 * (96 * 64 + 64 * 48) * 4, 0}},
         /* ... q/k/v biases, experts of 32, a shared expert of 160 and its 1x64 gate; layer 1 a dense MLP of 96 */
         {"models/qwen2moe_f32",
          {(128 * 64 + 128 + 64 * 64 + 8 * 64 + 8 * (64 * 64 + 64 * 32) + 320 * 64 + 64 * 160 + 64 + 2 * 64) * 4 +
               16 * 48,
           (128 * 64 + 128 + 64 * 64 + 192 * 64 + 64 * 96 + 2 * 64) * 4,
           (128 * 64 + 128 + 64 * 64 + 8 * 64 + 8 * (64 * 64 + 64 * 32) + 320 * 64 + 64 * 160 + 64 + 2 * 64) * 4 +
-              16 * 48}},
+              16 * 48},
+         {6 * (64 * 64 + 64 * 32) * 4, 0, 6 * (64 * 64 + 64 * 32) * 4}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[512], err[512];
@@ -767,11 +770,49 @@ static void test_moe_fixtures(void)
         engine_plan *plan = NULL;
         CHECK_MSG(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_OK, "%s", err);
         engine_model_free(m);
-        for (int l = 0; plan && l < 3 && cases[i].layer[l]; l++) {
+        /* All resident, a token reads every layer but the experts it does not pick, and the head. */
+        uint64_t read = 0;
+        int n_layers = 0;
+        for (int l = 0; plan && l < 3 && cases[i].layer[l]; l++, n_layers++) {
             const engine_plan_entry *r = engine_plan_entry_at(plan, 1 + (size_t)l);
             CHECK_MSG(r->weight_bytes == cases[i].layer[l], "%s layer %d: %llu bytes, want %llu", cases[i].name, l,
                       (unsigned long long)r->weight_bytes, (unsigned long long)cases[i].layer[l]);
+            read += cases[i].layer[l] - cases[i].unread[l];
         }
+        if (plan) {
+            const engine_plan_totals *t = engine_plan_get_totals(plan);
+            read += engine_plan_entry_at(plan, 1 + (size_t)n_layers)->weight_bytes;
+            CHECK_MSG(t->n_layers_streamed == 0 && t->read_per_token == read, "%s: %llu bytes read a token, want %llu",
+                      cases[i].name, (unsigned long long)t->read_per_token, (unsigned long long)read);
+            CHECK(t->n_expert_layers == 2 && t->n_experts == 8 && t->n_experts_used == 2);
+        }
+        engine_plan_free(plan);
+        /* Every layer hosted: the CPU reads each expert layer's matrices but the unpicked experts. */
+        if (engine_model_load(test_data_path(path, sizeof path, cases[i].name), &mp, &m, err, sizeof err)) {
+            CHECK_MSG(0, "%s", err);
+            continue;
+        }
+        p.min_layers_streamed = n_layers;
+        p.host_layers = n_layers;
+        p.host_gbps = 10.0;
+        plan = NULL;
+        CHECK_MSG(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_OK, "%s", err);
+        if (plan) {
+            const engine_plan_totals *t = engine_plan_get_totals(plan);
+            uint64_t host = 0;
+            for (int l = 0; l < n_layers; l++) {
+                const engine_plan_entry *r = engine_plan_entry_at(plan, 1 + (size_t)l);
+                CHECK(r->placement == ENGINE_PLACE_HOST);
+                host += cases[i].layer[l] - cases[i].unread[l];
+            }
+            /* less the norms, biases and expert tables, which stay on the device */
+            CHECK_MSG(t->n_layers_host == n_layers && t->host_per_token < host && t->host_per_token > host / 2 &&
+                          t->streamed_per_token == 0,
+                      "%s hosted: %llu bytes on the CPU a token (layers less unpicked experts %llu), %llu moved",
+                      cases[i].name, (unsigned long long)t->host_per_token, (unsigned long long)host,
+                      (unsigned long long)t->streamed_per_token);
+        }
+        engine_model_free(m);
         engine_plan_free(plan);
     }
 }

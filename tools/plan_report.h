@@ -104,6 +104,10 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
         fprintf(f, "  host: %d layers (%s a token) computed by the CPU for decode at %.1f GB/s while the others "
                    "stream; prompts stream them too\n",
                 t->n_layers_host, engine_format_bytes(t->host_per_token, a, sizeof a), t->host_gbps);
+    if (t->n_expert_layers > 0)
+        fprintf(f, "  experts: %d layer%s of %d experts, %d of them run a token: the bytes read below count only "
+                   "those; a streamed layer moves all of its experts\n",
+                t->n_expert_layers, t->n_expert_layers == 1 ? "" : "s", t->n_experts, t->n_experts_used);
     fprintf(f, "  per token: %s streamed, %s read on the device; decode bound %.1f tok/s at %.1f GB/s PCIe, "
                "%.0f GB/s device memory (all resident: %.1f tok/s)\n",
             engine_format_bytes(t->streamed_per_token, a, sizeof a),
@@ -164,7 +168,8 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             "\"hbm_gbps\":%.2f,\"pcie_gbps\":%.2f,\"host_gbps\":%.2f,\"host_per_token\":%llu,\"hbm_source\":\"%s\","
             "\"pcie_source\":\"%s\",\"shared_gbps\":%.2f,\"kv_type\":\"%s\",\"kv_auto\":%s,"
             "\"kv_bytes_per_token\":%llu,\"full_ctx_tokens_per_second\":%.3f,\"n_batch\":%d,"
-            "\"kv_window_layers\":%d,\"kv_ring_rows\":%d,"
+            "\"kv_window_layers\":%d,\"kv_ring_rows\":%d,\"n_expert_layers\":%d,\"n_experts\":%d,"
+            "\"n_experts_used\":%d,"
             "\"max_ctx_by_kv\":{\"f32\":%d,\"f16\":%d,\"bf16\":%d,\"int8\":%d,\"fp8\":%d},\"gpu\":",
             (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
             (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
@@ -175,8 +180,8 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             t->max_ctx_that_fits, t->hbm_gbps, t->pcie_gbps, t->host_gbps, (unsigned long long)t->host_per_token,
             report_source_key(t->hbm_source), report_source_key(t->pcie_source), t->shared_gbps,
             engine_kv_type_name(t->kv_type), t->kv_auto ? "true" : "false", (unsigned long long)t->kv_bytes_per_token,
-            t->full_ctx_tokens_per_second, t->n_batch, t->kv_window_layers, t->kv_ring_rows,
-            t->max_ctx_by_kv[ENGINE_KV_F32],
+            t->full_ctx_tokens_per_second, t->n_batch, t->kv_window_layers, t->kv_ring_rows, t->n_expert_layers,
+            t->n_experts, t->n_experts_used, t->max_ctx_by_kv[ENGINE_KV_F32],
             t->max_ctx_by_kv[ENGINE_KV_F16], t->max_ctx_by_kv[ENGINE_KV_BF16], t->max_ctx_by_kv[ENGINE_KV_INT8],
             t->max_ctx_by_kv[ENGINE_KV_FP8]);
     cli_json_string(f, t->gpu_name, strlen(t->gpu_name));
