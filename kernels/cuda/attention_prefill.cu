@@ -3,14 +3,17 @@
  * against the KV cache (prefill), tiled over keys with an online softmax:
  * the score matrix never exists in memory.
  *
- * Two paths. With an f16/bf16 cache and head_dim a multiple of 16 up to 128
- * (the real models), the products run on tensor cores (mma.sync m16n8k16,
- * fp32 accumulation). Their operands are 16-bit, so q and the softmax
+ * Two paths. With a 16-bit, int8 or fp8 cache and head_dim a multiple of
+ * 16 up to 128, or 256 (the real models), the products run on tensor
+ * cores (mma.sync m16n8k16, fp32 accumulation; int8/fp8 codes turned into
+ * fp16 in shared memory). Their operands are 16-bit, so q and the softmax
  * weights are each split into a 16-bit value and the 16-bit rounding of
  * its remainder, and both halves are multiplied: about 16 bits of q and of
  * the weights survive, and the result matches the fp32 path to ~1e-5 (K
- * and V are exact, they are stored in that type). Otherwise (fp32, int8 or
- * fp8 cache, head_dim 8 or not a multiple of 16, or 256) a CUDA-core
+ * and V are exact, they are stored in that type). At head_dim 256 two
+ * blocks share each query tile, each weighting half of V's columns.
+ * Otherwise (an fp32 cache, head_dim 8 or not a multiple of 16, tiles
+ * beyond the block's shared memory, or a GPU before sm_80) a CUDA-core
  * kernel does it, decoding each tile to fp32 in shared memory as it stages
  * it (an int8/fp8 row times its scale, kv.cuh).
  *
@@ -375,13 +378,18 @@ __device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t
 /* KC = head_dim / 16; Q: the cache's type (T, or int8/fp8 with T fp16); RING: the cache is a ring (a kernel of
  * its own: reading rows through kv_row cost the int8/fp8 kernels 40 registers of their schedule and 17% of a
  * 32k-token prefill on the H100, 8,223 -> 6,826 tok/s) */
-template <typename T, int KC, typename Q, bool RING>
+template <typename T, int KC, typename Q, bool RING, int VS>
 __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, const float *q, const Q *kc, const Q *vc,
                                                       const float *ksc, const float *vsc, int pos0, int n, int nh,
                                                       int nkv, int window, int ring, float scale, float cap)
 {
 #if TC_COMPILED
     constexpr int HD = KC * 16, LD = HD + 8; /* 16 bytes of row padding: ldmatrix rows fall in distinct banks */
+    /* VS slices of the output's columns, blockIdx.z this block's: at head_dim 256 a warp's 16 rows of all
+     * 256 columns (128 floats a lane) and q's fragments (another 128) would not fit the registers, so two
+     * blocks share a query tile, each scoring every key and weighting half of V. */
+    constexpr int VC = KC / VS;
+    const int dz = (int)blockIdx.z * VC * 16;
     constexpr bool QUANT = kv_quant<Q>();
     extern __shared__ __align__(16) unsigned char tc_smem[];
     T *sm = reinterpret_cast<T *>(tc_smem); /* [2 stages][K, V][TC_BK][LD] */
@@ -411,9 +419,9 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
             split2<T>(v.x * qscale, v.y * qscale, qh[kk][j], ql[kk][j]);
         }
 
-    float o[2 * KC][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[2 * VC][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int i = 0; i < 2 * KC; i++)
+    for (int i = 0; i < 2 * VC; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
     auto stage = [&](int st, int k0) {
@@ -496,7 +504,7 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
                     l[e >> 1] += s[nt][e];
                 }
 #pragma unroll
-            for (int i = 0; i < 2 * KC; i++) {
+            for (int i = 0; i < 2 * VC; i++) {
                 o[i][0] *= corr[0];
                 o[i][1] *= corr[0];
                 o[i][2] *= corr[1];
@@ -510,9 +518,9 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
                 split2<T>(s[2 * c2 + 1][0], s[2 * c2 + 1][1], ph[2], pl[2]);
                 split2<T>(s[2 * c2 + 1][2], s[2 * c2 + 1][3], ph[3], pl[3]);
 #pragma unroll
-                for (int dp = 0; dp < KC; dp++) { /* dims dp*16 .. +15: two n-tiles of 8 */
+                for (int dp = 0; dp < VC; dp++) { /* dims dz + dp*16 .. +15: two n-tiles of 8 */
                     uint32_t b[4];
-                    ldsm_x4_trans(b, vs + (c2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + dp * 16 +
+                    ldsm_x4_trans(b, vs + (c2 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LD + dz + dp * 16 +
                                          ((lane >> 4) & 1) * 8);
                     tc_ops<T>::mma(o[2 * dp], ph, b[0], b[1]);
                     tc_ops<T>::mma(o[2 * dp], pl, b[0], b[1]);
@@ -530,8 +538,8 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
         l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     }
 #pragma unroll
-    for (int i = 0; i < 2 * KC; i++) {
-        const int d = i * 8 + 2 * t4;
+    for (int i = 0; i < 2 * VC; i++) {
+        const int d = dz + i * 8 + 2 * t4;
         if (r0 < n)
             store2(out, ot, ((size_t)r0 * nh + h) * HD + d, o[i][0] * l[0], o[i][1] * l[0]);
         if (r1 < n)
@@ -540,19 +548,24 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
 #endif
 }
 
+/* The tensor-core kernel's shared memory: two stages of K and V rows, and int8/fp8's codes and scales. At
+ * head_dim 128 34,816 bytes (51,712 with codes), at 256 67,584 (100,864). */
+static size_t tc_smem_bytes(int hd, size_t elem, bool quant)
+{
+    return (size_t)2 * 2 * TC_BK * (hd + 8) * elem + (quant ? (size_t)2 * 2 * TC_BK * (hd + sizeof(float)) : 0);
+}
+
 template <typename T, int KC, typename Q>
 static void tc_launch(launch_ctx *c, void *out, k_dtype ot, const float *q, const void *kc, const void *vc,
                       const float *ksc, const float *vsc, int pos0, int n, int nh, int nkv, int window, int ring,
                       float scale, float cap)
 {
-    constexpr int HD = KC * 16;
-    /* at most 34,816 bytes; int8/fp8 add their codes and scales: 51,712 */
-    const size_t smem = (size_t)2 * 2 * TC_BK * (HD + 8) * sizeof(T) +
-                        (kv_quant<Q>() ? (size_t)2 * 2 * TC_BK * (HD + sizeof(float)) : 0);
-    auto kern = ring > 0 ? k_attention_tc<T, KC, Q, true> : k_attention_tc<T, KC, Q, false>;
+    constexpr int HD = KC * 16, VS = HD > 128 ? 2 : 1;
+    const size_t smem = tc_smem_bytes(HD, sizeof(T), kv_quant<Q>());
+    auto kern = ring > 0 ? k_attention_tc<T, KC, Q, true, VS> : k_attention_tc<T, KC, Q, false, VS>;
     if (smem > 48 * 1024)
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    const dim3 grid(ceil_div(n, TC_BQ), (unsigned)nh);
+    const dim3 grid(ceil_div(n, TC_BQ), (unsigned)nh, VS);
     kern<<<grid, 128, smem, c->stream>>>(out, ot, q, static_cast<const Q *>(kc), static_cast<const Q *>(vc), ksc, vsc,
                                          pos0, n, nh, nkv, window, ring, scale, cap);
 }
@@ -571,7 +584,8 @@ static void run_tc(launch_ctx *c, void *out, k_dtype ot, const float *q, const v
     case 5: TC_CASE(5); break;
     case 6: TC_CASE(6); break;
     case 7: TC_CASE(7); break;
-    default: TC_CASE(8); break;
+    case 8: TC_CASE(8); break;
+    default: TC_CASE(16); break;
     }
 #undef TC_CASE
 }
@@ -627,7 +641,9 @@ extern "C" int launch_attention_prefill_ex(launch_ctx *c, void *out, k_dtype ot,
     /* cp.async and the paired stores want 16- and 8-byte alignment; arena buffers have it. */
     const bool aligned = (((uintptr_t)k_cache | (uintptr_t)v_cache) & 15) == 0 && ((uintptr_t)q & 7) == 0 &&
                          ((uintptr_t)out & 7) == 0;
-    if (c->fast[K_OP_ATTN_PREFILL_TC] && kvt != K_KV_F32 && head_dim % 16 == 0 && head_dim <= 128 && aligned) {
+    const bool tc_shape = head_dim % 16 == 0 && (head_dim <= 128 || head_dim == 256) &&
+                          tc_smem_bytes(head_dim, 2, k_kv_has_scales(kvt)) <= c->smem_max;
+    if (c->fast[K_OP_ATTN_PREFILL_TC] && kvt != K_KV_F32 && tc_shape && aligned) {
         switch (kvt) {
         case K_KV_F16:
             run_tc<__half, __half>(c, out, ot, q, k_cache, v_cache, NULL, NULL, pos0, n, n_heads, n_kv_heads, head_dim,
