@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--trace FILE.json] [--trace-svg FILE.svg]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--kv TYPE] [--trace FILE.json] [--trace-svg FILE.svg]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode), so
@@ -87,6 +87,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--host-layers") && v && !cli_parse_long(v, 0, 1 << 20, &l)) {
             mp.host_layers = (int)l;
             i++;
+        } else if (!strcmp(a, "--moe-cpu") && v && !cli_parse_long(v, 0, 1 << 20, &l)) {
+            mp.moe_cpu = (int)l;
+            i++;
         } else if (!strcmp(a, "--kv") && v && engine_kv_type_parse(v) >= 0) {
             mp.kv_type = (engine_kv_type)engine_kv_type_parse(v);
             i++;
@@ -101,12 +104,12 @@ int main(int argc, char **argv)
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
         return 2;
     }
     char err[512] = "";

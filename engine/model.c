@@ -375,6 +375,7 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->kv_type = p.kv_type;
     m->min_streamed = p.min_layers_streamed > 0 ? p.min_layers_streamed : 0;
     m->host_layers = p.host_layers;
+    m->moe_cpu = p.moe_cpu > 0 ? p.moe_cpu : 0;
     m->hbm_gbps = p.hbm_gbps;
     m->pcie_gbps = p.pcie_gbps;
     m->device = have_gpu ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;

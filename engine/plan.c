@@ -11,11 +11,18 @@
  * only the embedding table is read a row at a time):
  *   1. everything resident;
  *   2. the embedding table in host memory (a row per token crosses PCIe);
- *   3. k = 1..n layers streamed, spread evenly among the resident ones so
+ *   3. a mixture-of-experts model's routed experts to host memory, one at
+ *      a time, spread evenly over the expert layers (each layer's
+ *      attention, router and shared expert stay): a token reads k of a
+ *      layer's E experts, so a resident expert saves only k / E of its
+ *      bytes a token; the CPU runs a token's picks among those on the
+ *      host, prompts stream them through the two buffers below;
+ *   4. k = 1..n layers streamed, spread evenly among the resident ones so
  *      that each upload has resident layers' compute to hide behind,
  *      through two device buffers of the largest streamed layer (the
- *      minimum for double buffering: layer i+1 uploads while i computes);
- *   4. the output head streamed too, in buffer-sized row blocks.
+ *      minimum for double buffering: layer i+1 uploads while i computes),
+ *      an expert layer's experts with it;
+ *   5. the output head streamed too, in buffer-sized row blocks.
  * The first of these that fits is the plan, so a smaller budget never
  * streams less. Then, given the host's rate at computing a layer, some of
  * the streamed layers (again spread evenly among them) are left to the CPU
@@ -43,22 +50,6 @@
 #include "../quant/quant.h"
 #include "plan.h"
 
-#define N_OPTIONS 5
-
-struct engine_plan {
-    engine_plan_totals totals;
-    engine_plan_entry *entries; /* [n_entries]: embeddings, layers, output head */
-    size_t n_entries;
-    engine_plan_option options[N_OPTIONS];
-    size_t n_options;
-    char summary[ERR_MSG_MAX];
-    /* AUTO's other candidate (kv AUTO when there was none), for the summary */
-    engine_kv_type alt_kv;
-    int alt_k;          /* its layers streamed                          */
-    bool alt_fits, alt_emb_host, alt_head_streamed;
-    double alt_full_tps; /* its decode bound at full context */
-};
-
 static uint64_t round_up(uint64_t x, uint64_t to)
 {
     return (x + to - 1) / to * to;
@@ -80,9 +71,15 @@ typedef struct plan_in {
     uint64_t kv, act;      /* act: the activation region and the workspace, separately rounded */
     uint64_t context, budget;
     double hbm, pcie;      /* bytes per second */
-    double host;           /* bytes per second the CPU computes a layer at; 0: none */
+    double host;           /* bytes per second the CPU computes a layer at (its experts: the PCIe rate when
+                              not measured, see fill_in) */
     double shared;         /* bytes per second host memory serves copies and the CPU together; 0: not modelled */
     int host_layers;       /* host-computed layers: -1 the fastest count, else that many */
+    /* Mixture-of-experts layers, placed an expert at a time */
+    const uint64_t *experts; /* [n_layers] all of a layer's routed experts (0: a dense layer) */
+    int n_experts, n_used; /* experts an expert layer, of which a token runs */
+    int n_ex_layers;       /* expert layers                                  */
+    int moe_cpu;           /* the first this many expert layers keep no expert resident */
 } plan_in;
 
 typedef struct plan_state {
@@ -90,7 +87,12 @@ typedef struct plan_state {
     int h;              /* of which computed on the host  */
     bool emb_host;      /* embedding rows from the host   */
     bool head_streamed;
+    int x;              /* routed experts resident, spread evenly over the resident expert layers past
+                           the first mcpu (ex_next)                                                    */
+    int mcpu;           /* expert layers keeping all their experts in host memory (moe_cpu)          */
     /* what follows is computed */
+    int x_max;          /* the most x can be: those layers times n_experts                           */
+    int x_host;         /* experts of resident layers in host memory (the CPU's for decode)          */
     uint64_t resident, streamed, slots, device_total, read, moved, hosted;
     double tps;
     double balance;     /* the longer of copy and host time alone: ties broken by the smaller */
@@ -103,6 +105,11 @@ static bool is_streamed(int i, int k, int n)
     return (int64_t)(i + 1) * k / n > (int64_t)i * k / n;
 }
 
+static bool layer_streamed(const plan_state *s, int i, int n)
+{
+    return s->k > 0 && is_streamed(i, s->k, n);
+}
+
 /* Layer i (streamed when k are) is computed on the host when h of the streamed are. */
 static bool is_hosted(int i, const plan_state *s, int n)
 {
@@ -110,6 +117,53 @@ static bool is_hosted(int i, const plan_state *s, int n)
         return false;
     const int j = (int)((int64_t)(i + 1) * s->k / n) - 1; /* its index among the streamed */
     return is_streamed(j, s->h, s->k);
+}
+
+/*
+ * Which expert layers keep how many experts resident in a state: walk the
+ * layers in order, ex_begin first, then ex_next for each. The layers that
+ * may keep experts (resident, past the first mcpu expert layers) share x
+ * evenly, each floor(x / n) or one more, the earlier ones taking the
+ * remainder; the others keep none (a streamed layer's experts go with it).
+ */
+typedef struct ex_walk {
+    int eligible;   /* expert layers that may keep experts */
+    int seen, seen_eligible;
+} ex_walk;
+
+static bool ex_eligible(const plan_in *in, const plan_state *s, int i, int index)
+{
+    return in->experts[i] > 0 && index >= s->mcpu && !layer_streamed(s, i, in->n_layers);
+}
+
+static void ex_begin(const plan_in *in, const plan_state *s, ex_walk *w)
+{
+    memset(w, 0, sizeof *w);
+    for (int i = 0, e = 0; i < in->n_layers; i++)
+        if (in->experts[i] > 0)
+            w->eligible += ex_eligible(in, s, i, e++);
+}
+
+static int ex_next(const plan_in *in, const plan_state *s, ex_walk *w, int i)
+{
+    if (in->experts[i] == 0 || !ex_eligible(in, s, i, w->seen++))
+        return 0;
+    const int j = w->seen_eligible++, r = s->x / w->eligible + (j < s->x % w->eligible);
+    return r < in->n_experts ? r : in->n_experts;
+}
+
+/* One expert's device bytes in layer i (they are all one size). */
+static uint64_t expert_bytes(const plan_in *in, int i)
+{
+    return in->n_experts > 0 ? in->experts[i] / (uint64_t)in->n_experts : 0;
+}
+
+/* The bytes of layer i's experts the CPU reads a token when r are resident: k picks, (E - r) / E of them there. */
+static uint64_t ex_cpu_read(const plan_in *in, int i, int r)
+{
+    if (in->experts[i] == 0)
+        return 0;
+    return expert_bytes(in, i) * (uint64_t)in->n_used * (uint64_t)(in->n_experts - r) / (uint64_t)in->n_experts;
 }
 
 /*
@@ -130,25 +184,44 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
     const int n = in->n_layers;
     const uint64_t head = in->head - in->head_norm;
     const int blocks = s->head_streamed && slot > 0 ? (int)((head + slot - 1) / slot) : 0;
-    const int items = n + (blocks > 0 ? blocks : 1);
+    const int cap = 2 * n + (blocks > 0 ? blocks : 1); /* a layer with experts on the host is two items */
     /* per item: bytes, on the CPU or not, the copy it needs (-1 none); per copy: bytes and its item */
-    uint64_t *bytes = malloc((size_t)items * sizeof *bytes), *cbytes = malloc((size_t)items * sizeof *cbytes);
-    int *need = malloc((size_t)items * sizeof *need), *citem = malloc((size_t)items * sizeof *citem);
-    bool *cpu = malloc((size_t)items * sizeof *cpu);
+    uint64_t *bytes = malloc((size_t)cap * sizeof *bytes), *cbytes = malloc((size_t)cap * sizeof *cbytes);
+    int *need = malloc((size_t)cap * sizeof *need), *citem = malloc((size_t)cap * sizeof *citem);
+    bool *cpu = malloc((size_t)cap * sizeof *cpu);
     double t = -1.0;
     if (!bytes || !cbytes || !need || !citem || !cpu)
         goto out;
-    int nc = 0;
-    for (int i = 0; i < items; i++) {
-        const bool layer = i < n, streamed = layer && s->k > 0 && is_streamed(i, s->k, n);
-        cpu[i] = streamed && is_hosted(i, s, n);
-        bytes[i] = layer ? (cpu[i] ? in->mats[i] - (in->layer[i] - in->read[i]) : in->read[i])
-                         : blocks > 0 ? (i - n + 1 < blocks ? slot : head - (uint64_t)(blocks - 1) * slot) : in->head;
-        need[i] = -1;
-        if ((streamed && !cpu[i]) || (!layer && blocks > 0)) {
-            need[i] = nc;
-            cbytes[nc] = layer ? in->mats[i] : bytes[i];
-            citem[nc++] = i;
+    int nc = 0, items = 0;
+    ex_walk w;
+    ex_begin(in, s, &w);
+    for (int i = 0; i < n; i++) {
+        const int r = ex_next(in, s, &w, i);
+        const bool streamed = layer_streamed(s, i, n), hosted = streamed && is_hosted(i, s, n);
+        /* a resident layer's experts in host memory: the CPU runs its picks after the GPU's part */
+        const uint64_t ex_cpu = streamed ? 0 : ex_cpu_read(in, i, r);
+        cpu[items] = hosted;
+        bytes[items] = hosted ? in->mats[i] - (in->layer[i] - in->read[i]) : in->read[i] - ex_cpu;
+        need[items] = -1;
+        if (streamed && !hosted) {
+            need[items] = nc;
+            cbytes[nc] = in->mats[i];
+            citem[nc++] = items;
+        }
+        items++;
+        if (ex_cpu > 0) {
+            cpu[items] = true, bytes[items] = ex_cpu, need[items] = -1;
+            items++;
+        }
+    }
+    for (int b = 0; b < (blocks > 0 ? blocks : 1); b++, items++) {
+        cpu[items] = false;
+        bytes[items] = blocks > 0 ? (b + 1 < blocks ? slot : head - (uint64_t)(blocks - 1) * slot) : in->head;
+        need[items] = -1;
+        if (blocks > 0) {
+            need[items] = nc;
+            cbytes[nc] = bytes[items];
+            citem[nc++] = items;
         }
     }
     const double f = in->shared > 0 && in->shared < in->pcie + in->host ? in->shared / (in->pcie + in->host) : 1.0;
@@ -187,13 +260,36 @@ out:
     return t;
 }
 
-static void evaluate(const plan_in *in, plan_state *s)
+/* The device total of a state's resident bytes and slots, and whether it fits the budget. */
+static void fit(const plan_in *in, plan_state *s)
 {
-    /* hosted: the bytes the CPU reads (an expert layer's top-k experts); hosted_mats: what is not copied */
-    uint64_t slot = 0, hosted = 0, hosted_mats = 0;
+    const uint64_t g = PLAN_GRANULARITY;
+    const uint64_t mapped = round_up(s->resident, g) + round_up(s->slots, g) + round_up(in->kv, g) + in->act;
+    s->device_total = in->context + mapped;
+    /* arena_create rounds its budget down to the granularity. */
+    const uint64_t arena = in->budget > in->context ? (in->budget - in->context) / g * g : 0;
+    s->fits = mapped <= arena;
+}
+
+/*
+ * A state's device bytes and the bytes a token moves: each layer resident
+ * (less its experts in host memory), streamed (its norms, biases and
+ * expert tables resident) or hosted; the embeddings and the head. *slot
+ * gets the bytes a stream slot must hold.
+ */
+static void size_state(const plan_in *in, plan_state *s, uint64_t *slot_out)
+{
+    /* hosted: the bytes the CPU reads (an expert layer's top-k experts); hosted_mats: what is not copied;
+     * ex_host: experts of resident layers kept in host memory */
+    uint64_t slot = 0, hosted = 0, hosted_mats = 0, ex_host = 0;
     s->resident = s->streamed = s->read = s->moved = 0;
+    s->x_host = 0;
+    ex_walk w;
+    ex_begin(in, s, &w);
+    s->x_max = w.eligible * in->n_experts;
     for (int i = 0; i < in->n_layers; i++) {
-        if (s->k > 0 && is_streamed(i, s->k, in->n_layers)) {
+        const int r = ex_next(in, s, &w, i);
+        if (layer_streamed(s, i, in->n_layers)) {
             s->streamed += in->mats[i];
             if (is_hosted(i, s, in->n_layers)) {
                 hosted_mats += in->mats[i];
@@ -204,11 +300,21 @@ static void evaluate(const plan_in *in, plan_state *s)
             if (in->mats[i] > slot)
                 slot = in->mats[i];
         } else {
-            s->resident += in->layer[i];
-            s->read += in->read[i];
+            /* Its experts past the r resident: the CPU runs a token's picks among them, prompts stream them
+             * all through the slots. */
+            const int off = in->experts[i] > 0 ? in->n_experts - r : 0;
+            const uint64_t off_bytes = (uint64_t)off * expert_bytes(in, i), cpu = ex_cpu_read(in, i, r);
+            s->x_host += off;
+            s->resident += in->layer[i] - off_bytes;
+            s->read += in->read[i] - cpu;
+            hosted += cpu;
+            ex_host += off_bytes;
+            if (off_bytes > slot)
+                slot = off_bytes;
         }
     }
     s->moved = s->streamed - hosted_mats;
+    s->streamed += ex_host;
     s->hosted = hosted;
     if (s->emb_host) {
         s->streamed += in->emb;
@@ -226,19 +332,23 @@ static void evaluate(const plan_in *in, plan_state *s)
         s->resident += in->head;
         s->read += in->head;
     }
-    s->slots = s->k > 0 || s->head_streamed ? 2 * slot : 0;
-    const uint64_t g = PLAN_GRANULARITY;
-    const uint64_t mapped = round_up(s->resident, g) + round_up(s->slots, g) + round_up(in->kv, g) + in->act;
-    s->device_total = in->context + mapped;
-    /* arena_create rounds its budget down to the granularity. */
-    const uint64_t arena = in->budget > in->context ? (in->budget - in->context) / g * g : 0;
-    s->fits = mapped <= arena;
+    s->slots = s->k > 0 || s->head_streamed || s->x_host > 0 ? 2 * slot : 0;
+    fit(in, s);
+    if (slot_out)
+        *slot_out = slot;
+}
+
+static void evaluate(const plan_in *in, plan_state *s)
+{
+    uint64_t slot;
+    size_state(in, s, &slot);
     /*
      * The copies of the streamed layers overlap the host's work on the
      * others, and both read host memory: with hosted layers neither side can
      * beat all of those bytes at the rate host memory serves the two
      * together (DESIGN.md, "Host memory is shared").
      */
+    const uint64_t hosted = s->hosted;
     const double copy = s->moved / in->pcie, host = hosted > 0 ? hosted / in->host : 0.0;
     s->balance = copy > host ? copy : host;
     double side = s->balance;
@@ -273,24 +383,112 @@ static void choose_hosted(const plan_in *in, plan_state *s)
     *s = best;
 }
 
-/* Evaluate the states in order; *chosen is the first that fits (or the last), *first and *last the extremes. */
-static void decide(const plan_in *in, plan_state *chosen, plan_state *first, plan_state *last)
+/* The states decide() has seen: the first that fits, and the least of those with experts in host memory. */
+typedef struct scan {
+    plan_state *chosen, split;
+    bool found, have_split;
+} scan;
+
+static void consider(scan *sc, const plan_state *s)
+{
+    if (!sc->found && s->fits) {
+        *sc->chosen = *s;
+        sc->found = true;
+    }
+    if (s->x_host > 0 && (!sc->have_split || s->device_total < sc->split.device_total)) {
+        sc->split = *s;
+        sc->have_split = true;
+    }
+}
+
+/*
+ * Experts leave the device one at a time, x down to 0, each from the last
+ * of the layers holding the most (ex_next's spread): one layer changes a
+ * step, so each state is sized from the one before in constant time, for
+ * the fit only (the device bytes, the slots, x_host; decide evaluates the
+ * states it keeps afresh). A layer's experts in host memory only grow on
+ * the way down, so the slot they need is a running maximum.
+ */
+static void experts_down(const plan_in *in, plan_state *s, scan *sc)
+{
+    if (s->x == 0)
+        return;
+    const int n = in->n_layers;
+    int *layer = malloc((size_t)n * sizeof *layer), *off = malloc((size_t)n * sizeof *off);
+    if (!layer || !off) { /* the same states, each sized in full */
+        free(layer), free(off);
+        while (s->x > 0) {
+            s->x--;
+            size_state(in, s, NULL);
+            consider(sc, s);
+        }
+        return;
+    }
+    uint64_t slot;
+    size_state(in, s, &slot);
+    ex_walk w;
+    ex_begin(in, s, &w);
+    int ne = 0;
+    for (int i = 0, e = 0; i < n; i++) {
+        const int r = ex_next(in, s, &w, i);
+        if (in->experts[i] > 0 && ex_eligible(in, s, i, e++)) {
+            layer[ne] = i;
+            off[ne++] = in->n_experts - r;
+        }
+    }
+    while (s->x > 0) {
+        const int j = (s->x - 1) % ne;
+        const uint64_t eb = expert_bytes(in, layer[j]);
+        s->x--;
+        off[j]++;
+        s->x_host++;
+        s->resident -= eb;
+        s->streamed += eb;
+        if ((uint64_t)off[j] * eb > slot)
+            slot = (uint64_t)off[j] * eb;
+        s->slots = 2 * slot;
+        fit(in, s);
+        consider(sc, s);
+    }
+    free(layer), free(off);
+    size_state(in, s, NULL); /* every figure of x = 0 for the steps after */
+}
+
+/*
+ * Evaluate the states in order; *chosen is the first that fits (or the
+ * last), *first every weight resident, *least the minimum: the last state
+ * (everything streamed), or where it takes less, one keeping expert
+ * layers resident with experts in host memory. The order, cheapest loss
+ * first: everything resident (but what min_streamed and moe_cpu move);
+ * the embedding table to the host; routed experts to the host one at a
+ * time, spread evenly over the expert layers; whole layers streamed, the
+ * experts of those left resident all in host memory; the head streamed.
+ */
+static void decide(const plan_in *in, plan_state *chosen, plan_state *first, plan_state *least)
 {
     plan_state s = {0};
+    s.x = in->n_ex_layers * in->n_experts;
     evaluate(in, &s);
-    *first = s; /* all resident, whatever the minimum streamed */
+    *first = s; /* all resident, whatever the minimum streamed and moe_cpu */
     s.k = in->min_streamed < in->n_layers ? in->min_streamed : in->n_layers;
     if (in->min_streamed > in->n_layers) /* more than there are: everything streams, the head too */
         s.emb_host = s.head_streamed = true;
-    evaluate(in, &s);
+    s.mcpu = in->moe_cpu;
+    size_state(in, &s, NULL);
+    s.x = s.x_max;
+    size_state(in, &s, NULL);
     *chosen = s;
-    bool found = s.fits;
+    scan sc = {chosen, s, s.fits, false};
+    sc.have_split = s.x_host > 0;
     for (int step = 0;; step++) {
         if (step == 0) {
             if (in->tied || in->emb == 0)
                 continue;
             s.emb_host = true;
-        } else if (s.k < in->n_layers) {
+        } else if (s.x > 0) {
+            experts_down(in, &s, &sc);
+            continue;
+        } else if (s.k < in->n_layers) { /* whole layers, their experts with them */
             s.k++;
             s.emb_host = !in->tied && in->emb > 0;
         } else if (!s.head_streamed) {
@@ -299,15 +497,14 @@ static void decide(const plan_in *in, plan_state *chosen, plan_state *first, pla
         } else {
             break;
         }
-        evaluate(in, &s);
-        if (!found && s.fits) {
-            *chosen = s;
-            found = true;
-        }
+        size_state(in, &s, NULL);
+        consider(&sc, &s);
     }
-    *last = s;
-    if (!found)
+    *least = sc.have_split && sc.split.device_total < s.device_total ? sc.split : s;
+    evaluate(in, least);
+    if (!sc.found)
         *chosen = s;
+    evaluate(in, chosen);
     if (chosen->fits)
         choose_hosted(in, chosen);
 }
@@ -343,9 +540,18 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->budget = p->vram_budget;
     in->hbm = p->hbm_gbps * 1e9;
     in->pcie = p->pcie_gbps * 1e9;
-    in->host = p->host_gbps * 1e9;
+    /* Hosted layers need the CPU's rate (engine_plan_create checks); experts left in host memory are run by
+     * the CPU whether or not its rate is known, and without it their bytes are priced at the PCIe rate, as if
+     * copied: the bound stays on the safe side where the CPU reads host memory faster than PCIe moves it. */
+    in->host = p->host_gbps > 0 ? p->host_gbps * 1e9 : in->pcie;
     in->shared = p->shared_gbps * 1e9;
     in->host_layers = p->host_layers;
+    in->experts = w->layer_experts;
+    for (int l = 0; l < c->n_layers; l++)
+        in->n_ex_layers += w->layer_experts[l] > 0;
+    in->n_experts = in->n_ex_layers > 0 ? c->n_experts : 0;
+    in->n_used = in->n_ex_layers > 0 ? c->n_experts_used : 0;
+    in->moe_cpu = p->moe_cpu < in->n_ex_layers ? p->moe_cpu : in->n_ex_layers;
 }
 
 /* ---------------------------------------------------------------- KV type */
@@ -354,7 +560,7 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
 typedef struct plan_run {
     engine_kv_type kv;
     plan_in in;
-    plan_state chosen, first, last;
+    plan_state chosen, first, least;
 } plan_run;
 
 static void run_kv(plan_run *r, const engine_model *m, const plan_weights *w, const engine_plan_params *p, int n_ctx,
@@ -362,7 +568,7 @@ static void run_kv(plan_run *r, const engine_model *m, const plan_weights *w, co
 {
     r->kv = kv;
     fill_in(&r->in, m, w, p, n_ctx, kv);
-    decide(&r->in, &r->chosen, &r->first, &r->last);
+    decide(&r->in, &r->chosen, &r->first, &r->least);
 }
 
 /*
@@ -380,12 +586,14 @@ static double full_ctx_tps(const plan_run *r)
     return 1.0 / (1.0 / s->tps + (double)r->in.kv / r->in.hbm);
 }
 
-/* s fits and moves nothing off the device beyond what min_layers_streamed forces (the embeddings counted or not). */
+/* s fits and moves nothing off the device beyond what min_layers_streamed and moe_cpu force (the embeddings
+ * counted or not). */
 static bool keeps_resident(const plan_in *in, const plan_state *s, bool count_emb)
 {
     const bool all = in->min_streamed > in->n_layers;
     const int k0 = all ? in->n_layers : in->min_streamed;
-    return s->fits && s->k == k0 && s->head_streamed == all && (!count_emb || s->emb_host == all);
+    return s->fits && s->k == k0 && s->head_streamed == all && (!count_emb || s->emb_host == all) &&
+           s->x == s->x_max;
 }
 
 /*
@@ -467,120 +675,10 @@ engine_plan_params engine_plan_default_params(void)
     return p;
 }
 
-#define H(i, v) engine_format_bytes((v), hb[i], sizeof hb[i])
-
-/* The quantized format to suggest: the least lossy one that passes `resident` (or just fits). */
-static const engine_plan_option *suggest(const engine_plan *p, bool resident)
+/* What the summary says of a state. */
+static plan_placed placed(const plan_state *s)
 {
-    static const engine_quant ORDER[] = {ENGINE_QUANT_INT8, ENGINE_QUANT_NF4};
-    for (size_t k = 0; k < sizeof ORDER / sizeof ORDER[0]; k++)
-        for (size_t i = 0; i < p->n_options; i++) {
-            const engine_plan_option *o = &p->options[i];
-            if (o->quant == ORDER[k] && (resident ? o->fits_resident : o->fits))
-                return o;
-        }
-    return NULL;
-}
-
-/* What streams in a state, in a few words ("5 layers", "the embeddings", "every layer and the output head"). */
-static const char *moved_words(int k, bool emb_host, bool head_streamed, char *buf, size_t n)
-{
-    if (head_streamed)
-        snprintf(buf, n, "every layer and the output head");
-    else if (k > 0)
-        snprintf(buf, n, "%d layer%s", k, k == 1 ? "" : "s");
-    else
-        snprintf(buf, n, "%s", emb_host ? "the embeddings" : "nothing");
-    return buf;
-}
-
-/*
- * The KV clause of a fitting plan: its type, the bound with the cache
- * full, and for AUTO the way not taken (the type it would have had, what
- * would have streamed and that bound).
- */
-static int kv_clause(const engine_plan *p, char *s, size_t n)
-{
-    const engine_plan_totals *t = &p->totals;
-    int len = snprintf(s, n, "; %s KV cache, decode bound %.1f tok/s with all %d tokens in it",
-                       engine_kv_type_name(t->kv_type), t->full_ctx_tokens_per_second, t->n_ctx);
-    if (p->alt_kv == ENGINE_KV_AUTO || len < 0 || (size_t)len >= n)
-        return len;
-    char w[64];
-    moved_words(p->alt_k, p->alt_emb_host, p->alt_head_streamed, w, sizeof w);
-    if (!p->alt_fits)
-        return len + snprintf(s + len, n - (size_t)len, " (chosen over %s KV, which does not fit)",
-                              engine_kv_type_name(p->alt_kv));
-    return len + snprintf(s + len, n - (size_t)len, " (chosen over %s KV, which would stream %s: %.1f tok/s)",
-                          engine_kv_type_name(p->alt_kv), w, p->alt_full_tps);
-}
-
-/* When refused: the longest context each KV type fits, for the types this model can use. */
-static int ctx_clause(const engine_plan_totals *t, bool f32_model, char *s, size_t n)
-{
-    const int *by = t->max_ctx_by_kv;
-    if (by[ENGINE_KV_AUTO] == 0)
-        return snprintf(s, n, "; no context fits with any KV type");
-    char f32[48] = "";
-    if (f32_model || t->kv_type == ENGINE_KV_F32)
-        snprintf(f32, sizeof f32, "%d tokens with f32 KV, ", by[ENGINE_KV_F32]);
-    return snprintf(s, n, "; the longest context that fits: %s%d%s with f16 or bf16 KV, %d with int8 or fp8 (--kv)",
-                    f32, by[ENGINE_KV_F16], f32[0] ? "" : " tokens", by[ENGINE_KV_INT8]);
-}
-
-static void write_summary(engine_plan *p, const plan_state *chosen, uint64_t slot_each, bool f32_model)
-{
-    const engine_plan_totals *t = &p->totals;
-    char hb[8][32];
-    char *s = p->summary;
-    const size_t n = sizeof p->summary;
-    if (!t->fits) {
-        int len = snprintf(s, n,
-                           "needs at least %s of device memory (2 layers in flight %s each, %s KV cache %s at --ctx "
-                           "%d, activations and scratch %s, CUDA context %s) but the budget is %s",
-                           H(0, t->minimum), H(1, slot_each), engine_kv_type_name(t->kv_type), H(2, t->kv_cache),
-                           t->n_ctx, H(3, t->activations), H(4, t->cuda_context), H(5, t->budget));
-        const engine_plan_option *o = suggest(p, false);
-        if (len > 0 && (size_t)len < n && t->max_ctx_that_fits > 0)
-            len += snprintf(s + len, n - (size_t)len, "; it fits with --ctx %d", t->max_ctx_that_fits);
-        if (len > 0 && (size_t)len < n && o)
-            len += snprintf(s + len, n - (size_t)len, "%s--quant %s (at least %s)",
-                            t->max_ctx_that_fits > 0 ? " or with " : "; it fits with ", o->name, H(6, o->minimum));
-        const engine_plan_option *nf4 = NULL;
-        for (size_t i = 0; i < p->n_options; i++)
-            if (p->options[i].quant == ENGINE_QUANT_NF4)
-                nf4 = &p->options[i];
-        if (len > 0 && (size_t)len < n && !o && t->max_ctx_that_fits == 0)
-            len += snprintf(s + len, n - (size_t)len, "; no shorter context or quantized format makes it fit");
-        if (len > 0 && (size_t)len < n && !o && nf4)
-            len += snprintf(s + len, n - (size_t)len, " (--quant nf4 needs at least %s)", H(7, nf4->minimum));
-        if (len > 0 && (size_t)len < n)
-            ctx_clause(t, f32_model, s + len, n - (size_t)len);
-        return;
-    }
-    if (chosen->k == 0 && !chosen->emb_host && !chosen->head_streamed) {
-        const int len = snprintf(s, n, "all resident: %s of the %s budget, %s free; decode bound %.1f tok/s",
-                                 H(0, t->device_total), H(1, t->budget), H(2, t->free_bytes), t->tokens_per_second);
-        if (len > 0 && (size_t)len < n)
-            kv_clause(p, s + len, n - (size_t)len);
-        return;
-    }
-    char hosted[96] = "";
-    if (t->n_layers_host > 0)
-        snprintf(hosted, sizeof hosted, " (%d of them computed on the CPU for decode at %.1f GB/s)",
-                 t->n_layers_host, t->host_gbps);
-    int len = snprintf(s, n, "streams %d of %d layers%s%s%s: %s per token over PCIe, decode bound %.1f tok/s "
-                             "(all resident: %.1f tok/s in %s)",
-                       t->n_layers_streamed, t->n_layers, hosted, chosen->head_streamed ? " and the output head" : "",
-                       chosen->emb_host ? ", embeddings on the host" : "", H(0, t->streamed_per_token),
-                       t->tokens_per_second, t->resident_tokens_per_second, H(1, t->all_resident));
-    const engine_plan_option *o = suggest(p, true);
-    if (o && len > 0 && (size_t)len < n)
-        len += snprintf(s + len, n - (size_t)len,
-                        "; --quant %s would keep it all resident (%s, decode bound %.1f tok/s)", o->name,
-                        H(2, o->all_resident), o->tokens_per_second);
-    if (len > 0 && (size_t)len < n)
-        kv_clause(p, s + len, n - (size_t)len);
+    return (plan_placed){s->k, s->x_host, s->emb_host, s->head_streamed, s->slots};
 }
 
 static bool bad_rate(double v)
@@ -618,6 +716,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
                       : (int)p.kv_type < 0 || (int)p.kv_type > ENGINE_KV_FP8 ? "unknown kv_type"
                       : p.n_batch < 0                                     ? "n_batch must not be negative"
                       : p.min_layers_streamed < 0                         ? "min_layers_streamed must not be negative"
+                      : p.moe_cpu < 0                                     ? "moe_cpu must not be negative"
                       : (int)p.quant < 0 || (int)p.quant > ENGINE_QUANT_FP4 ? "unknown quantization"
                       : bad_rate(p.hbm_gbps) || bad_rate(p.pcie_gbps)     ? "bandwidths must be positive"
                       : p.host_layers < -1                                ? "host_layers must be -1 or more"
@@ -658,10 +757,11 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     plan_run run, alt;
     choose_kv(&run, &alt, m, &w, &p, n_ctx);
     const plan_in in = run.in;
-    const plan_state chosen = run.chosen, first = run.first, last = run.last;
+    const plan_state chosen = run.chosen, first = run.first, least = run.least;
     plan->alt_kv = alt.kv;
     if (alt.kv != ENGINE_KV_AUTO) {
         plan->alt_k = alt.chosen.k;
+        plan->alt_x_host = alt.chosen.x_host;
         plan->alt_fits = alt.chosen.fits;
         plan->alt_emb_host = alt.chosen.emb_host;
         plan->alt_head_streamed = alt.chosen.head_streamed;
@@ -685,7 +785,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->cuda_context = in.context;
     t->device_total = chosen.device_total;
     t->free_bytes = chosen.fits && chosen.device_total < p.vram_budget ? p.vram_budget - chosen.device_total : 0;
-    t->minimum = last.device_total;
+    t->minimum = least.device_total;
     t->all_resident = first.device_total;
     t->read_per_token = chosen.read;
     t->streamed_per_token = chosen.moved;
@@ -705,10 +805,9 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->kv_ring_rows = model_kv_ring(c, n_ctx, t->n_batch);
     for (int l = 0; l < c->n_layers && t->kv_ring_rows > 0; l++)
         t->kv_window_layers += model_layer_window(c, l) > 0;
-    for (int l = 0; l < c->n_layers; l++)
-        t->n_expert_layers += m->layers[l].experts != NULL;
-    t->n_experts = t->n_expert_layers > 0 ? c->n_experts : 0;
-    t->n_experts_used = t->n_expert_layers > 0 ? c->n_experts_used : 0;
+    t->n_expert_layers = in.n_ex_layers;
+    t->n_experts = in.n_experts;
+    t->n_experts_used = in.n_used;
 
     /* Rows: the embeddings, the layers (each with its own cache: a window layer's may be a ring), the output
      * head. */
@@ -717,13 +816,18 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     r[0] = (engine_plan_entry){ENGINE_PLAN_EMBEDDINGS, -1, in.tied ? "tied" : dense, in.emb,
                                chosen.emb_host ? ENGINE_PLACE_STREAMED : ENGINE_PLACE_RESIDENT, 0,
                                chosen.emb_host ? in.emb_row : 0};
+    ex_walk xw;
+    ex_begin(&in, &chosen, &xw);
     for (int l = 0; l < c->n_layers; l++) {
         const bool str = chosen.k > 0 && is_streamed(l, chosen.k, c->n_layers);
         const bool host = str && chosen.fits && is_hosted(l, &chosen, c->n_layers);
+        const int n_ex = in.experts[l] > 0 ? in.n_experts : 0, x = ex_next(&in, &chosen, &xw, l);
         r[1 + l] = (engine_plan_entry){ENGINE_PLAN_LAYER, l, w.format, w.layer[l],
                                        host ? ENGINE_PLACE_HOST : str ? ENGINE_PLACE_STREAMED : ENGINE_PLACE_RESIDENT,
                                        plan_kv_layer_bytes(c, run.kv, l, n_ctx, t->n_batch),
-                                       str && !host ? w.layer_mats[l] : 0};
+                                       str && !host ? w.layer_mats[l] : 0, n_ex, x, expert_bytes(&in, l)};
+        t->n_experts_resident += x;
+        t->n_experts_host += n_ex - x;
     }
     const k_weight *head_w = in.tied ? &m->tok_emb : &m->lm_head;
     r[1 + c->n_layers] = (engine_plan_entry){ENGINE_PLAN_OUTPUT, -1, plan_format_label(head_w, ENGINE_QUANT_NONE,
@@ -731,7 +835,6 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
                                              in.head, chosen.head_streamed ? ENGINE_PLACE_STREAMED
                                                                            : ENGINE_PLACE_RESIDENT,
                                              0, chosen.head_streamed ? in.head - in.head_norm : 0};
-    uint64_t slot_each = last.slots / 2;
 
     /* The longest context each KV type fits (bf16 has f16's bytes, fp8 int8's); when refused, the planned
      * type's is below n_ctx. */
@@ -766,7 +869,8 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
         err_copy_out(&e, err, err_size);
         return st;
     }
-    write_summary(plan, &chosen, slot_each, m->tok_emb.dtype == K_F32);
+    const plan_placed pc = placed(&chosen), pl = placed(&least);
+    plan_write_summary(plan, &pc, &pl, m->tok_emb.dtype == K_F32);
     *out = plan;
     if (!t->fits) {
         err_set(&e, ENGINE_ERR_OVER_BUDGET, "%s", plan->summary);

@@ -31,7 +31,10 @@ typedef struct plan_weights {
     uint64_t *layer_mats;/* [n_layers] of which its four matrices (what streams; the
                             norms and biases of a streamed layer stay resident)  */
     uint64_t *layer_experts; /* [n_layers] of which its routed experts, all of them
-                            (0 in a dense layer): streamed whole, read k at a time */
+                            (0 in a dense layer): streamed whole, read k at a time;
+                            n_experts strides of one expert (its gate/up and down,
+                            each part aligned, to the next expert's start), so one
+                            expert's bytes are layer_experts / n_experts exactly */
     uint64_t *layer_read;/* [n_layers] the bytes a token reads of it: all but the
                             experts it did not pick (n_experts_used of n_experts) */
     uint64_t total;      /* the weights region: every carve, padding included */
@@ -143,6 +146,41 @@ int plan_default_ctx(const cfg_model *c);
 
 /* A requested context length resolved: 0 the default, ENGINE_CTX_MAX the model's maximum. */
 int plan_resolve_ctx(const cfg_model *c, int n_ctx);
+
+/* ------------------------------------------------------------ the plan */
+
+#define PLAN_N_OPTIONS 5 /* the quantized formats but the one planned */
+
+struct engine_plan {
+    engine_plan_totals totals;
+    engine_plan_entry *entries; /* [n_entries]: embeddings, layers, output head */
+    size_t n_entries;
+    engine_plan_option options[PLAN_N_OPTIONS];
+    size_t n_options;
+    char summary[ERR_MSG_MAX];
+    /* AUTO's other candidate (kv AUTO when there was none), for the summary */
+    engine_kv_type alt_kv;
+    int alt_k;          /* its layers streamed                          */
+    int alt_x_host;     /* its experts of resident layers in host memory */
+    bool alt_fits, alt_emb_host, alt_head_streamed;
+    double alt_full_tps; /* its decode bound at full context */
+};
+
+/* What the summary says of a placement plan.c weighed. */
+typedef struct plan_placed {
+    int k;              /* layers streamed                                   */
+    int x_host;         /* routed experts of resident layers in host memory  */
+    bool emb_host, head_streamed;
+    uint64_t slots;     /* the two stream slots' bytes                       */
+} plan_placed;
+
+/*
+ * p->summary from p's totals and options: the chosen placement, or when
+ * refused, the least (the minimum's: its slots, and whether it keeps
+ * experts in host memory rather than streaming every layer). f32_model:
+ * the KV types to name in a refusal include f32. plan_summary.c.
+ */
+void plan_write_summary(engine_plan *p, const plan_placed *chosen, const plan_placed *least, bool f32_model);
 
 /* "int8", "nf4", ... for a quantization; "none" for ENGINE_QUANT_NONE. Static storage. */
 const char *plan_quant_name(engine_quant q);

@@ -195,6 +195,9 @@ engine_status plan_weights_of(const engine_model *m, engine_quant q, plan_weight
                 mat_bytes(&off, egu, 2, wt, q, &w->deq_elems);
                 mat_bytes(&off, ed, 1, wt, q, &w->deq_elems);
             }
+            /* E experts of one stride (each starts aligned; the last one's padding is the next part's
+             * alignment), so that an expert's bytes are layer_experts / E exactly. */
+            off = round_up(off, PLAN_ALIGN);
             w->layer_experts[l] = off - ex0;
             if (L->shared.w_gate.data) {
                 const k_weight *sgu[] = {&L->shared.w_gate, &L->shared.w_up}, *sd[] = {&L->shared.w_down};

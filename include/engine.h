@@ -171,6 +171,13 @@ typedef struct engine_model_params {
      * load and, unless engine_session_set_trace says otherwise, every
      * session made from this model. The trace must outlive them. */
     engine_trace *trace;
+    /* CUDA: the first N mixture-of-experts layers keep all their routed
+     * experts in host memory (the CPU runs a token's picks among them for
+     * decode, prompts stream them), whatever the budget leaves free, as
+     * llama.cpp's --n-cpu-moe; their attention, router and shared experts
+     * stay on the GPU. 0 (default): the planner decides; more than the
+     * model's expert layers: all of them. Dense layers are not counted. */
+    int moe_cpu;
 } engine_model_params;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
@@ -480,7 +487,9 @@ ENGINE_API engine_status engine_quantize(const char *in, const char *out, const 
  */
 
 typedef enum engine_placement {
-    ENGINE_PLACE_RESIDENT = 0, /* on the GPU for the whole run                    */
+    ENGINE_PLACE_RESIDENT = 0, /* on the GPU for the whole run (an expert layer:
+                                  with engine_plan_entry.experts_resident of its
+                                  experts; the rest in host memory)               */
     ENGINE_PLACE_STREAMED = 1, /* in host memory, copied to the GPU when needed;
                                   for the embeddings: each token's row is copied */
     ENGINE_PLACE_HOST = 2      /* a layer in host memory that the CPU computes for
@@ -524,7 +533,8 @@ typedef struct engine_plan_params {
                                     all the streamed)                                               */
     double host_gbps;            /* the rate at which the CPU computes a layer for one token, in GB of
                                     its weights per second (engine_host_layer_rate); needed when
-                                    host_layers is not 0                                            */
+                                    host_layers is not 0; it also prices the routed experts the CPU
+                                    runs (0: they are priced at pcie_gbps)                          */
     /* Appended fields: */
     engine_figure_source hbm_source;  /* where hbm_gbps came from, for the report: DEFAULT with a
                                          value other than ENGINE_PLAN_HBM_GBPS counts as GIVEN      */
@@ -541,6 +551,9 @@ typedef struct engine_plan_params {
     int n_batch;                      /* prompt tokens a pass the activations are sized for
                                          (engine_session_params.n_batch); 0 = CUDA's default (512),
                                          at most n_ctx                                              */
+    int moe_cpu;                      /* the first N expert layers keep every routed expert in host
+                                         memory (as engine_model_params.moe_cpu); 0 = as the budget
+                                         decides (default); more than the expert layers = all       */
 } engine_plan_params;
 
 /* One row of the plan: the embeddings, each layer in order, the output head. */
@@ -554,6 +567,16 @@ typedef struct engine_plan_entry {
                                     layer's ring where it has one); 0 otherwise                     */
     uint64_t bytes_per_token;    /* host-to-device bytes per decoded token; 0 when resident or
                                     computed on the host                                            */
+    /* Appended fields: a mixture-of-experts layer is placed an expert at a time. */
+    int n_experts;               /* the layer's routed experts; 0 for a dense layer and the other rows */
+    int experts_resident;        /* of which on the device: experts 0 .. experts_resident - 1 of a
+                                    RESIDENT layer (placement is that of the layer's attention,
+                                    router and shared expert, and of these); the others stay in host
+                                    memory, the CPU running a token's picks among them for decode
+                                    and prompts streaming them. 0 for a STREAMED or HOST layer,
+                                    whose experts all go with it                                    */
+    uint64_t expert_bytes;       /* one routed expert's device bytes (its gate/up and down, each
+                                    padded as laid out); weight_bytes stays the whole layer's       */
 } engine_plan_entry;
 
 typedef struct engine_plan_totals {
@@ -604,8 +627,14 @@ typedef struct engine_plan_totals {
     int kv_ring_rows;            /* window + n_batch + 1 where that is below n_ctx, else 0          */
     int n_expert_layers;         /* mixture-of-experts layers; 0 for a dense model                  */
     int n_experts, n_experts_used; /* experts a layer and the top-k a token runs: read_per_token and
-                                    host_per_token count only those k of each layer's experts (the
-                                    planner places whole layers: a streamed one moves all of them) */
+                                    host_per_token count only those k of each layer's experts, on
+                                    the device for its resident experts, on the CPU for the others
+                                    (k x in host / n_experts of them on average); a streamed or
+                                    hosted layer takes all its experts with it: a streamed one
+                                    moves them all                                                  */
+    int n_experts_resident;      /* routed experts on the device, summed over the layers            */
+    int n_experts_host;          /* routed experts in host memory, summed over the layers (those of
+                                    streamed and hosted layers included)                            */
 } engine_plan_totals;
 
 /* The same plan with the layers quantized to another format (as --quant would). */

@@ -114,6 +114,37 @@ out=$("$INFER" "$MODEL" --prompt-ids 1,403,407,261,378 -n 30 --json --report --v
 grep -q '^all resident' "$T/err" && grep -q '^  layer 4 ' "$T/err" || fail "--report: no plan on stderr: $(cat "$T/err")"
 expect_error "--report under the minimum" "needs at least" "$INFER" "$MODEL" --prompt hi --report --vram 100M
 
+# --- experts placed one by one (--moe-cpu N: the first N expert layers' experts in host memory) ------------
+# mixtral_f32: 2 expert layers of 8 experts, top-2. Whatever the budget holds, --moe-cpu 1 leaves layer 0's 8 on
+# the host (the CPU runs a token's picks there) and layer 1's on the device; more than there are: all 16.
+MOE=$ROOT/tests/data/models/mixtral_f32
+"$INFER" "$MOE" --dry-run --vram 8G --ctx 64 --moe-cpu 1 >"$T/out" 2>"$T/err" ||
+  fail "--moe-cpu 1 exited $?: $(cat "$T/err")"
+grep -q 'experts dev/host' "$T/out" && grep -Eq '^  layer 0 .* resident .* 0/8 ' "$T/out" &&
+  grep -Eq '^  layer 1 .* resident .* 8/0 ' "$T/out" || fail "--moe-cpu 1: the layers' experts: $(cat "$T/out")"
+grep -q '^  experts: 2 layers of 8, 2 run a token: 8 on the device, 8 in host memory' "$T/out" ||
+  fail "--moe-cpu 1: no experts line: $(grep experts "$T/out")"
+grep -q '^keeps 8 of 16 experts resident, 8 in host memory: the CPU runs' "$T/out" ||
+  fail "--moe-cpu 1: summary: $(tail -n 1 "$T/out")"
+"$INFER" "$MOE" --dry-run --vram 8G --ctx 64 --moe-cpu 1 --json 2>/dev/null |
+  jq -e '.fits and .totals.n_experts_resident == 8 and .totals.n_experts_host == 8 and .totals.host_per_token > 0
+    and .entries[1].n_experts == 8 and .entries[1].experts_resident == 0 and .entries[2].experts_resident == 8
+    and .entries[1].expert_bytes == 36864 and .entries[0].n_experts == 0 and .totals.stream_buffers > 0' \
+  >/dev/null || fail "--moe-cpu 1 --json: $(head -c 900 "$T/out")"
+got=$("$INFER" "$MOE" --dry-run --vram 8G --ctx 64 --moe-cpu 99 --json 2>/dev/null |
+  jq -c '[.totals.n_experts_resident, .totals.n_experts_host, .n_layers_streamed]')
+[ "$got" = "[0,16,0]" ] || fail "--moe-cpu 99: $got"
+got=$("$INFER" "$MOE" --dry-run --vram 8G --ctx 64 --json 2>/dev/null | jq -c '[.totals.n_experts_resident, .totals.n_experts_host]')
+[ "$got" = "[16,0]" ] || fail "--dry-run of an MoE model without --moe-cpu: $got"
+# A dense model has no experts: the option changes nothing.
+"$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 >"$T/dense" 2>/dev/null
+"$INFER" "$MODEL" --dry-run --vram 8G --ctx 64 --moe-cpu 3 >"$T/out" 2>/dev/null || fail "--moe-cpu on a dense model exited $?"
+cmp -s "$T/dense" "$T/out" || fail "--moe-cpu changed a dense model's plan: $(diff "$T/dense" "$T/out" | head -5)"
+expect_error "--moe-cpu -1" "bad value '-1' for --moe-cpu" "$INFER" "$MOE" --dry-run --vram 8G --moe-cpu -1
+expect_error "--moe-cpu x" "bad value 'x' for --moe-cpu" "$INFER" "$MOE" --dry-run --vram 8G --moe-cpu x
+# (through env: expect_error would append --device cpu, which would be taken as the value)
+expect_error "--moe-cpu without a value" "--moe-cpu needs a value" env "$INFER" "$MOE" --dry-run --vram 8G --moe-cpu
+
 # --- the plan priced for a known card (--gpu), measured figures, overrides --------
 "$INFER" --gpu list >"$T/out" 2>"$T/err" || fail "--gpu list exited $?: $(cat "$T/err")"
 [ ! -s "$T/err" ] || fail "--gpu list wrote to stderr: $(cat "$T/err")"

@@ -785,6 +785,16 @@ static void test_moe_fixtures(void)
             CHECK_MSG(t->n_layers_streamed == 0 && t->read_per_token == read, "%s: %llu bytes read a token, want %llu",
                       cases[i].name, (unsigned long long)t->read_per_token, (unsigned long long)read);
             CHECK(t->n_expert_layers == 2 && t->n_experts == 8 && t->n_experts_used == 2);
+            /* Every expert resident, each one its gate/up and down (test_plan_moe places them one by one). */
+            CHECK(t->n_experts_resident == 16 && t->n_experts_host == 0 && t->stream_buffers == 0);
+            for (int l = 0; l < n_layers; l++) {
+                const engine_plan_entry *r = engine_plan_entry_at(plan, 1 + (size_t)l);
+                const int ex = cases[i].unread[l] > 0 ? 8 : 0;
+                CHECK_MSG(r->n_experts == ex && r->experts_resident == ex &&
+                              r->expert_bytes == (ex ? cases[i].unread[l] / 6 : 0),
+                          "%s layer %d: %d of %d experts resident, %llu bytes each", cases[i].name, l,
+                          r->experts_resident, r->n_experts, (unsigned long long)r->expert_bytes);
+            }
         }
         engine_plan_free(plan);
         /* Every layer hosted: the CPU reads each expert layer's matrices but the unpicked experts. */

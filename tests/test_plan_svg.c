@@ -5,7 +5,8 @@
  * without one: every row and figure is there with its JSON path and exact
  * value, the measured section shows the figures a pass, no label's box
  * overlaps another or leaves the picture (8B with all three placements, an
- * 80-layer model with a long name, a refused plan, a tiny resident one),
+ * 80-layer model with a long name, a refused plan, a tiny resident one,
+ * Qwen3-30B-A3B's 48 expert layers with experts on the device and the host),
  * names are escaped, and a failed write is reported.
  *
  *   test_plan_svg [DIR]   DIR: keep the pictures there (test_plan_svg.sh
@@ -208,6 +209,37 @@ static void test_resident(void)
     synth_free(m);
 }
 
+/* An MoE model with experts split between the GPU and host memory: each split row says how many are on the GPU. */
+static void test_experts(void)
+{
+    engine_model *m = synth_moe(&QWEN3_30B_A3B);
+    engine_plan_params p = placement_params(m);
+    p.vram_budget = 8 * GiB, p.n_ctx = 4096, p.quant = ENGINE_QUANT_NF4_DQ, p.moe_cpu = 3;
+    engine_plan *plan = NULL;
+    char err[512];
+    CHECK_MSG(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_OK, "%s", err);
+    if (plan) {
+        const engine_plan_totals *t = engine_plan_get_totals(plan);
+        CHECK(t->n_experts_host > 0 && t->n_experts_resident > 0 && t->n_layers_streamed == 0);
+        plan_svg_stats st;
+        char *text = draw("qwen3-moe.svg", plan, "Qwen3-30B-A3B", NULL, &st);
+        check_rows(text, plan, "experts");
+        char want[160];
+        for (size_t i = 1; i + 1 < engine_plan_n_entries(plan); i++) {
+            const engine_plan_entry *r = engine_plan_entry_at(plan, i);
+            snprintf(want, sizeof want, "data-key=\"entries.%zu.experts_resident\" data-value=\"%d\">%d</tspan>", i,
+                     r->experts_resident, r->experts_resident);
+            CHECK_MSG(has(text, want) == (r->experts_resident < r->n_experts), "experts: row %zu, %s", i, want);
+        }
+        snprintf(want, sizeof want, "data-key=\"totals.n_experts_host\" data-value=\"%d\"", t->n_experts_host);
+        CHECK_MSG(has(text, want), "experts: no %s", want);
+        CHECK(has(text, "read by the CPU (its experts)") && has(text, " at PCIe's rate (CPU unmeasured): "));
+        free(text);
+    }
+    engine_plan_free(plan);
+    synth_free(m);
+}
+
 int main(int argc, char **argv)
 {
     char tmp[] = "/tmp/test_plan_svg.XXXXXX";
@@ -222,9 +254,10 @@ int main(int argc, char **argv)
     test_refused();
     test_many_layers();
     test_resident();
+    test_experts();
     if (!keep) {
         const char *names[] = {"8b-plan.svg", "8b-nothing-streamed.svg", "8b-measured.svg", "8b-refused.svg",
-                               "80-layers.svg", "tiny.svg"};
+                               "80-layers.svg", "tiny.svg", "qwen3-moe.svg"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
             char path[4200];
             snprintf(path, sizeof path, "%s/%s", dir, names[i]);

@@ -1,6 +1,7 @@
 /*
  * test_plan_synth.h: the synthetic models the planner's tests plan (Llama
- * 3.2 1B and 3.1 8B shapes, a tiny and a small f32 one): engine_model
+ * 3.2 1B and 3.1 8B shapes, a tiny and a small f32 one; Mixtral 8x7B and
+ * Qwen3-30B-A3B for expert placement): engine_model
  * descriptions with real shapes and weight views pointing at nothing
  * readable (the planner reads shapes only), and the device bytes of their
  * layers written out from docs/FORMATS.md and put_mat, to check the
@@ -61,9 +62,42 @@ static inline engine_model *synth(const shape *s)
 
 static inline void synth_free(engine_model *m)
 {
+    free(m->experts);
     free(m->layers);
     free(m);
 }
+
+/* A mixture-of-experts shape: every layer routes to n_experts experts of moe_ffn, n_used a token. */
+typedef struct moe_shape {
+    shape base; /* attention, vocabulary, format (base.ffn unused) */
+    int n_experts, n_used, moe_ffn;
+} moe_shape;
+
+static const moe_shape MIXTRAL_8X7B = {{4096, 32, 32, 8, 128, 14336, 32000, 32768, false, K_BF16}, 8, 2, 14336};
+static const moe_shape QWEN3_30B_A3B = {{2048, 48, 32, 4, 128, 6144, 151936, 40960, false, K_BF16}, 128, 8, 768};
+
+/* synth() with every layer's MLP replaced by a router and s's experts; free with synth_free. */
+static inline engine_model *synth_moe(const moe_shape *s)
+{
+    engine_model *m = synth(&s->base);
+    cfg_model *c = &m->cfg;
+    const shape *b = &s->base;
+    c->n_experts = s->n_experts, c->n_experts_used = s->n_used, c->moe_ffn_dim = s->moe_ffn;
+    m->experts = calloc((size_t)b->n_layers * (size_t)s->n_experts, sizeof *m->experts);
+    for (int l = 0; l < b->n_layers; l++) {
+        layer_weights *L = &m->layers[l];
+        L->w_gate = L->w_up = L->w_down = (k_weight){0};
+        L->router = W(b->dt, s->n_experts, b->dim);
+        L->experts = &m->experts[(size_t)l * (size_t)s->n_experts];
+        for (int x = 0; x < s->n_experts; x++) {
+            moe_expert *e = &L->experts[x];
+            e->w_gate = W(b->dt, s->moe_ffn, b->dim), e->w_up = W(b->dt, s->moe_ffn, b->dim);
+            e->w_down = W(b->dt, b->dim, s->moe_ffn);
+        }
+    }
+    return m;
+}
+
 
 static inline uint64_t ru(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 
@@ -87,6 +121,13 @@ static inline uint64_t layer_bytes(const shape *s, engine_quant q)
     return dev_mat(q, s->dt, qd + 2 * kvd, s->dim) + dev_mat(q, s->dt, s->dim, qd) +
            dev_mat(q, s->dt, 2 * (uint64_t)s->ffn, s->dim) + dev_mat(q, s->dt, s->dim, s->ffn) +
            2 * ru((uint64_t)s->dim * 4, 256);
+}
+
+/* One routed expert of s on the device in format q: its gate/up stacked, its down. */
+static inline uint64_t expert_dev_bytes(const moe_shape *s, engine_quant q)
+{
+    return dev_mat(q, s->base.dt, 2 * (uint64_t)s->moe_ffn, s->base.dim) +
+           dev_mat(q, s->base.dt, s->base.dim, s->moe_ffn);
 }
 
 /*

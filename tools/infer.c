@@ -69,8 +69,14 @@ static const char USAGE[] =
     "  --host-layers N       of the streamed layers, let the CPU compute N for each decoded\n"
     "                        token instead of copying them (0: none; default: as many as\n"
     "                        this CPU's measured speed makes fastest)\n"
+    "  --moe-cpu N           keep every routed expert of the first N mixture-of-experts layers\n"
+    "                        in host memory (the CPU runs a token's picks among them, prompts\n"
+    "                        stream them), as llama.cpp's --n-cpu-moe; default 0: the plan\n"
+    "                        keeps as many experts on the GPU as --vram holds, the rest on\n"
+    "                        the host; more than the model's expert layers: all of them\n"
     "  --dry-run             print where each layer would live under --vram (resident on the\n"
-    "                        GPU, streamed from host memory, or computed by the CPU) and exit;\n"
+    "                        GPU, streamed from host memory, or computed by the CPU; of an\n"
+    "                        expert layer, how many experts on each) and exit;\n"
     "                        needs no GPU (priced with this GPU's bandwidths, measured, when\n"
     "                        there is one)\n"
     "  --gpu NAME            with --dry-run: plan for a known card instead (its memory less\n"
@@ -241,13 +247,15 @@ static int print_plan(const char *path, const engine_model_params *mp, const eng
     pp.n_batch = sp->n_batch;
     pp.quant = mp->quant;
     pp.min_layers_streamed = mp->min_layers_streamed;
+    pp.moe_cpu = mp->moe_cpu;
     plan_bandwidths(&pp, mp, gpu);
     engine_plan *plan = NULL;
     engine_status st = engine_plan_create(m, &pp, &plan, err, sizeof err);
     double gbps = 0.0;
-    /* Streamed layers: plan again with this CPU's measured speed at computing one (and, on this
-     * machine's device, the rate host memory serves copies and the CPU together). */
-    if (st == ENGINE_OK && engine_plan_get_totals(plan)->n_layers_streamed > 0 && mp->host_layers != 0 &&
+    /* Streamed layers, or experts the CPU runs: plan again with this CPU's measured speed at computing a
+     * layer (and, on this machine's device, the rate host memory serves copies and the CPU together). */
+    const engine_plan_totals *t0 = plan ? engine_plan_get_totals(plan) : NULL;
+    if (st == ENGINE_OK && ((t0->n_layers_streamed > 0 && mp->host_layers != 0) || t0->n_experts_host > 0) &&
         engine_host_layer_rate(m, &gbps) == ENGINE_OK) {
         pp.host_gbps = gbps;
         pp.host_layers = mp->host_layers;
@@ -334,7 +342,7 @@ static int report_loaded(const engine_model *model, const char *path, const engi
 /* The numeric options: name, range, and the field each sets. */
 typedef enum opt_field {
     OPT_N_PREDICT, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
-    OPT_CTX, OPT_THREADS, OPT_STREAM_LAYERS, OPT_HOST_LAYERS, OPT_BATCH
+    OPT_CTX, OPT_THREADS, OPT_STREAM_LAYERS, OPT_HOST_LAYERS, OPT_BATCH, OPT_MOE_CPU
 } opt_field;
 
 typedef struct number_option {
@@ -358,6 +366,7 @@ static const number_option NUMBER_OPTIONS[] = {
     {"--stream-layers", NULL, OPT_STREAM_LAYERS, 'i', 0, 1 << 20},
     {"--host-layers", NULL, OPT_HOST_LAYERS, 'i', 0, 1 << 20},
     {"--batch", NULL, OPT_BATCH, 'i', 1, 1 << 24},
+    {"--moe-cpu", NULL, OPT_MOE_CPU, 'i', 0, 1 << 20},
 };
 
 static const number_option *find_number_option(const char *a)
@@ -393,6 +402,7 @@ static int parse_number_option(const number_option *opt, const char *v, engine_m
     case OPT_STREAM_LAYERS: mp->min_layers_streamed = (int)l; break;
     case OPT_HOST_LAYERS: mp->host_layers = (int)l; break;
     case OPT_BATCH: sp->n_batch = (int)l; break;
+    case OPT_MOE_CPU: mp->moe_cpu = (int)l; break;
     }
     return 0;
 }

@@ -46,6 +46,29 @@ static inline const char *report_source_key(engine_figure_source s)
                                                    : s == ENGINE_FIGURE_GIVEN ? "given" : "default";
 }
 
+/*
+ * An expert layer's routed experts a decoded token reads, on the device
+ * and on the CPU: k of them (n_used), the share of the resident ones on
+ * the device, the rest on the CPU where the layer is resident; all with
+ * the layer otherwise (a streamed one on the device once copied, a hosted
+ * one on the CPU). As the planner counts them (engine/plan.c).
+ */
+static inline void report_expert_reads(const engine_plan_entry *r, int n_used, uint64_t *dev, uint64_t *cpu)
+{
+    *dev = *cpu = 0;
+    if (r->n_experts <= 0)
+        return;
+    const uint64_t picked = r->expert_bytes * (uint64_t)n_used, E = (uint64_t)r->n_experts;
+    if (r->placement == ENGINE_PLACE_HOST)
+        *cpu = picked;
+    else if (r->placement == ENGINE_PLACE_STREAMED)
+        *dev = picked;
+    else {
+        *cpu = picked * (E - (uint64_t)r->experts_resident) / E;
+        *dev = picked - *cpu;
+    }
+}
+
 /* The longest context the budget holds with each KV type (bf16 has f16's bytes, fp8 int8's). */
 static inline void report_longest_ctx(FILE *f, const engine_plan_totals *t)
 {
@@ -60,14 +83,29 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
     char a[32], b[32], c[32], d[32];
     fprintf(f, "plan for %s%s%s%s: %d layers, context %d tokens, budget %s\n", model, t->gpu_name[0] ? " (GPU: " : "",
             t->gpu_name, t->gpu_name[0] ? ")" : "", t->n_layers, t->n_ctx, engine_format_bytes(t->budget, a, sizeof a));
-    fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s\n", "part", "format", "weights", "placement", "KV cache",
+    /* An MoE model's rows add its experts: on the device / in host memory, and what a token's picks read of
+     * them on the device / on the CPU. */
+    const int moe = t->n_expert_layers > 0;
+    fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s", "part", "format", "weights", "placement", "KV cache",
             "moved/token");
+    fprintf(f, moe ? "  %16s  %23s\n" : "\n", "experts dev/host", "top-k read: device/CPU");
     for (size_t i = 0; i < engine_plan_n_entries(plan); i++) {
         const engine_plan_entry *r = engine_plan_entry_at(plan, i);
-        fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s\n", report_part(r, a, sizeof a), r->format,
+        fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s", report_part(r, a, sizeof a), r->format,
                 engine_format_bytes(r->weight_bytes, b, sizeof b), report_place(r->placement),
                 r->part == ENGINE_PLAN_LAYER ? engine_format_bytes(r->kv_bytes, c, sizeof c) : "-",
                 engine_format_bytes(r->bytes_per_token, d, sizeof d));
+        if (!moe || r->n_experts <= 0) {
+            fprintf(f, moe ? "  %16s  %23s\n" : "\n", "-", "-");
+            continue;
+        }
+        char counts[32], reads[64];
+        uint64_t dev, cpu;
+        report_expert_reads(r, t->n_experts_used, &dev, &cpu);
+        snprintf(counts, sizeof counts, "%d/%d", r->experts_resident, r->n_experts - r->experts_resident);
+        snprintf(reads, sizeof reads, "%s/%s", engine_format_bytes(dev, b, sizeof b),
+                 engine_format_bytes(cpu, c, sizeof c));
+        fprintf(f, "  %16s  %23s\n", counts, reads);
     }
     fprintf(f, "  weights resident   %12s\n", engine_format_bytes(t->weights_resident, a, sizeof a));
     fprintf(f, "  stream buffers     %12s  (streamed weights in host memory: %s)\n",
@@ -98,20 +136,40 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
     fprintf(f, "  total              %12s  of %s (2 MiB allocation units), %s free\n",
             engine_format_bytes(t->device_total, a, sizeof a), engine_format_bytes(t->budget, b, sizeof b),
             engine_format_bytes(t->free_bytes, c, sizeof c));
-    fprintf(f, "  minimum %s (everything streamed), all resident %s\n", engine_format_bytes(t->minimum, a, sizeof a),
+    fprintf(f, "  minimum %s (%s), all resident %s\n", engine_format_bytes(t->minimum, a, sizeof a),
+            moe ? "everything streamed, or every expert in host memory where that takes less" : "everything streamed",
             engine_format_bytes(t->all_resident, b, sizeof b));
     if (t->n_layers_host > 0)
         fprintf(f, "  host: %d layers (%s a token) computed by the CPU for decode at %.1f GB/s while the others "
                    "stream; prompts stream them too\n",
                 t->n_layers_host, engine_format_bytes(t->host_per_token, a, sizeof a), t->host_gbps);
-    if (t->n_expert_layers > 0)
-        fprintf(f, "  experts: %d layer%s of %d experts, %d of them run a token: the bytes read below count only "
-                   "those; a streamed layer moves all of its experts\n",
-                t->n_expert_layers, t->n_expert_layers == 1 ? "" : "s", t->n_experts, t->n_experts_used);
-    fprintf(f, "  per token: %s streamed, %s read on the device; decode bound %.1f tok/s at %.1f GB/s PCIe, "
+    if (moe) {
+        uint64_t dev = 0, cpu = 0;
+        for (size_t i = 0; i < engine_plan_n_entries(plan); i++) {
+            uint64_t dv, cv;
+            report_expert_reads(engine_plan_entry_at(plan, i), t->n_experts_used, &dv, &cv);
+            dev += dv, cpu += cv;
+        }
+        char on_host[128] = "";
+        if (cpu > 0 && t->host_gbps > 0)
+            snprintf(on_host, sizeof on_host, ", %s on the CPU at %.1f GB/s", engine_format_bytes(cpu, b, sizeof b),
+                     t->host_gbps);
+        else if (cpu > 0)
+            snprintf(on_host, sizeof on_host, ", %s on the CPU (priced at the PCIe rate, the CPU's own not measured)",
+                     engine_format_bytes(cpu, b, sizeof b));
+        fprintf(f, "  experts: %d layer%s of %d, %d run a token: %d on the device, %d in host memory (the CPU runs "
+                   "a token's picks there for decode, prompts stream them; a streamed layer moves all its own); a "
+                   "token's picks read %s on the device%s\n",
+                t->n_expert_layers, t->n_expert_layers == 1 ? "" : "s", t->n_experts, t->n_experts_used,
+                t->n_experts_resident, t->n_experts_host, engine_format_bytes(dev, a, sizeof a), on_host);
+    }
+    char on_cpu[64] = "";
+    if (t->host_per_token > 0)
+        snprintf(on_cpu, sizeof on_cpu, ", %s read by the CPU", engine_format_bytes(t->host_per_token, c, sizeof c));
+    fprintf(f, "  per token: %s streamed, %s read on the device%s; decode bound %.1f tok/s at %.1f GB/s PCIe, "
                "%.0f GB/s device memory (all resident: %.1f tok/s)\n",
             engine_format_bytes(t->streamed_per_token, a, sizeof a),
-            engine_format_bytes(t->read_per_token, b, sizeof b),
+            engine_format_bytes(t->read_per_token, b, sizeof b), on_cpu,
             t->tokens_per_second, t->pcie_gbps, t->hbm_gbps, t->resident_tokens_per_second);
     if (t->fits)
         fprintf(f, "  at full context (%d tokens): %s of weights and the whole %s KV cache read per token, decode "
@@ -156,9 +214,11 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
         static const char *const PARTS[] = {"embeddings", "layer", "output"};
         fprintf(f,
                 "%s{\"part\":\"%s\",\"layer\":%d,\"format\":\"%s\",\"weight_bytes\":%llu,\"placement\":\"%s\","
-                "\"kv_bytes\":%llu,\"bytes_per_token\":%llu}",
+                "\"kv_bytes\":%llu,\"bytes_per_token\":%llu,\"n_experts\":%d,\"experts_resident\":%d,"
+                "\"expert_bytes\":%llu}",
                 i ? "," : "", PARTS[r->part], r->layer, r->format, (unsigned long long)r->weight_bytes,
-                report_place(r->placement), (unsigned long long)r->kv_bytes, (unsigned long long)r->bytes_per_token);
+                report_place(r->placement), (unsigned long long)r->kv_bytes, (unsigned long long)r->bytes_per_token,
+                r->n_experts, r->experts_resident, (unsigned long long)r->expert_bytes);
     }
     fprintf(f,
             "],\"totals\":{\"weights_resident\":%llu,\"weights_streamed\":%llu,\"stream_buffers\":%llu,"
@@ -169,7 +229,7 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             "\"pcie_source\":\"%s\",\"shared_gbps\":%.2f,\"kv_type\":\"%s\",\"kv_auto\":%s,"
             "\"kv_bytes_per_token\":%llu,\"full_ctx_tokens_per_second\":%.3f,\"n_batch\":%d,"
             "\"kv_window_layers\":%d,\"kv_ring_rows\":%d,\"n_expert_layers\":%d,\"n_experts\":%d,"
-            "\"n_experts_used\":%d,"
+            "\"n_experts_used\":%d,\"n_experts_resident\":%d,\"n_experts_host\":%d,"
             "\"max_ctx_by_kv\":{\"f32\":%d,\"f16\":%d,\"bf16\":%d,\"int8\":%d,\"fp8\":%d},\"gpu\":",
             (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
             (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
@@ -181,7 +241,7 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             report_source_key(t->hbm_source), report_source_key(t->pcie_source), t->shared_gbps,
             engine_kv_type_name(t->kv_type), t->kv_auto ? "true" : "false", (unsigned long long)t->kv_bytes_per_token,
             t->full_ctx_tokens_per_second, t->n_batch, t->kv_window_layers, t->kv_ring_rows, t->n_expert_layers,
-            t->n_experts, t->n_experts_used, t->max_ctx_by_kv[ENGINE_KV_F32],
+            t->n_experts, t->n_experts_used, t->n_experts_resident, t->n_experts_host, t->max_ctx_by_kv[ENGINE_KV_F32],
             t->max_ctx_by_kv[ENGINE_KV_F16], t->max_ctx_by_kv[ENGINE_KV_BF16], t->max_ctx_by_kv[ENGINE_KV_INT8],
             t->max_ctx_by_kv[ENGINE_KV_FP8]);
     cli_json_string(f, t->gpu_name, strlen(t->gpu_name));

@@ -298,6 +298,18 @@ static double draw_title(svg *s, double y, const engine_plan_totals *t, const ch
     lab_int(&l, "n_layers_host", t->n_layers_host);
     lab_text(&l, " of them computed by the CPU for decode)");
     svg_label(s, LEFT, y, &S_TEXT, A_START, &l);
+    if (t->n_expert_layers > 0) { /* placed an expert at a time */
+        y += 18;
+        l = (label){.len = 0};
+        lab_text(&l, "routed experts: ");
+        lab_int(&l, "totals.n_experts_resident", t->n_experts_resident);
+        lab_text(&l, " on the GPU, ");
+        lab_int(&l, "totals.n_experts_host", t->n_experts_host);
+        lab_textf(&l, " in host memory (the CPU runs a token's picks there); %d a token of each layer's ",
+                  t->n_experts_used);
+        lab_int(&l, "totals.n_experts", t->n_experts);
+        svg_label(s, LEFT, y, &S_TEXT, A_START, &l);
+    }
     return y + 30;
 }
 
@@ -391,9 +403,13 @@ static double draw_token(svg *s, double y, const engine_plan_totals *t)
     y += 14;
     const double ms_hbm = t->hbm_gbps > 0 ? t->read_per_token / (t->hbm_gbps * 1e6) : 0.0;
     const double ms_pcie = t->pcie_gbps > 0 ? t->streamed_per_token / (t->pcie_gbps * 1e6) : 0.0;
-    const double ms_host = t->host_gbps > 0 ? t->host_per_token / (t->host_gbps * 1e6) : 0.0;
+    /* The CPU's bytes: hosted layers', and the picks among experts in host memory, which the planner prices at
+     * the PCIe rate when the CPU's is not known. */
+    const double cpu_gbps = t->host_gbps > 0 ? t->host_gbps : t->pcie_gbps;
+    const double ms_host = cpu_gbps > 0 ? t->host_per_token / (cpu_gbps * 1e6) : 0.0;
+    const int on_cpu = t->host_per_token > 0;
     double scale = ms_hbm > ms_pcie ? ms_hbm : ms_pcie;
-    scale = t->n_layers_host > 0 && ms_host > scale ? ms_host : scale;
+    scale = on_cpu && ms_host > scale ? ms_host : scale;
 
     label l = {.len = 0};
     lab_bytes(&l, "totals.read_per_token", t->read_per_token);
@@ -409,13 +425,17 @@ static double draw_token(svg *s, double y, const engine_plan_totals *t)
     lab_textf(&l, ": %.2f ms", ms_pcie);
     time_bar(s, y, "copied over PCIe", ms_pcie, scale, C_STREAMED, NULL, &l);
     y += 21;
-    if (t->n_layers_host > 0) {
+    if (on_cpu) {
         l = (label){.len = 0};
         lab_bytes(&l, "totals.host_per_token", t->host_per_token);
         lab_text(&l, " at ");
-        lab_real(&l, "totals.host_gbps", t->host_gbps, "%.2f", "%.1f GB/s");
+        if (t->host_gbps > 0)
+            lab_real(&l, "totals.host_gbps", t->host_gbps, "%.2f", "%.1f GB/s");
+        else
+            lab_textf(&l, "PCIe's rate (CPU unmeasured)");
         lab_textf(&l, ": %.2f ms", ms_host);
-        time_bar(s, y, "read by the CPU (its layers)", ms_host, scale, C_HOST, NULL, &l);
+        time_bar(s, y, t->n_layers_host > 0 ? "read by the CPU (its layers)" : "read by the CPU (its experts)",
+                 ms_host, scale, C_HOST, NULL, &l);
         y += 21;
     }
     y += 16;
@@ -425,7 +445,7 @@ static double draw_token(svg *s, double y, const engine_plan_totals *t)
     svg_label(s, LEFT, y, &S_BIG, A_START, &l);
     y += 17;
     /* The planner's bound (engine/plan.c): one sum without CPU layers, a simulated step with them. */
-    if (t->n_layers_host == 0)
+    if (!on_cpu)
         svg_textf(s, LEFT, y, &S_NOTE, A_START, "= 1 / (the GPU memory time + the PCIe time)");
     else
         svg_textf(s, LEFT, y, &S_NOTE, A_START,
@@ -496,8 +516,13 @@ static double draw_layers(svg *s, double y, const engine_plan *plan)
             svg_rect(s, LEFT - 4, y, RIGHT - LEFT + 8, row, "#f5f5f5", NULL);
         const double base = y + 12;
         svg_textf(s, LEFT, base, &S_SMALL, A_START, "%s", report_part(r, part, sizeof part));
-        svg_rect(s, bar_x, y + 3, (double)r->weight_bytes * bar_w / (double)most, row - 6, place_fill(r->placement),
-                 NULL);
+        /* A resident expert layer's experts in host memory: the end of its bar in the host's colour. */
+        const int split = r->placement == ENGINE_PLACE_RESIDENT && r->experts_resident < r->n_experts;
+        const uint64_t away = split ? (uint64_t)(r->n_experts - r->experts_resident) * r->expert_bytes : 0;
+        const double w_dev = (double)(r->weight_bytes - away) * bar_w / (double)most;
+        svg_rect(s, bar_x, y + 3, w_dev, row - 6, place_fill(r->placement), NULL);
+        if (split)
+            svg_rect(s, bar_x + w_dev, y + 3, (double)away * bar_w / (double)most, row - 6, C_HOST, NULL);
         label l = {.len = 0};
         snprintf(key, sizeof key, "entries.%zu.format", i);
         lab_value(&l, key, r->format, r->format);
@@ -510,6 +535,14 @@ static double draw_layers(svg *s, double y, const engine_plan *plan)
         snprintf(key, sizeof key, "entries.%zu.placement", i);
         lab_value(&l, key, report_place(r->placement),
                   r->placement == ENGINE_PLACE_HOST ? "CPU (decode)" : report_place(r->placement));
+        if (split) { /* its experts on the GPU, of all */
+            lab_text(&l, " ");
+            snprintf(key, sizeof key, "entries.%zu.experts_resident", i);
+            lab_int(&l, key, r->experts_resident);
+            lab_text(&l, "/");
+            snprintf(key, sizeof key, "entries.%zu.n_experts", i);
+            lab_int(&l, key, r->n_experts);
+        }
         svg_label(s, place_x, base, &(style){11, 0, place_fill(r->placement)}, A_START, &l);
         l = (label){.len = 0};
         if (r->part == ENGINE_PLAN_LAYER) {
