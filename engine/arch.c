@@ -51,13 +51,13 @@ static const arch_features ARCHES[] = {
     /* Mixture of experts; their CUDA pass (every expert resident, or whole
      * layers streamed or hosted) has not yet run on a GPU. */
     {.name = "MixtralForCausalLM", .label = "Mixtral", .sliding_window = true, .moe = true, .moe_renorm = true,
-     .moe_block = "block_sparse_moe", .cuda = CUDA_PREVIEW},
+     .moe_block = "block_sparse_moe", .cuda = true},
     {.name = "Qwen2MoeForCausalLM", .label = "Qwen2-MoE", .qkv_bias = true, .sliding_window = true, .moe = true,
-     .moe_ffn_key = true, .moe_shared = true, .moe_sparse_step = true, .cuda = CUDA_PREVIEW},
+     .moe_ffn_key = true, .moe_shared = true, .moe_sparse_step = true, .cuda = true},
     {.name = "Qwen3MoeForCausalLM", .label = "Qwen3-MoE", .qk_norm = QK_HEAD, .config_bias = true,
-     .sliding_window = true, .moe = true, .moe_ffn_key = true, .moe_sparse_step = true, .cuda = CUDA_PREVIEW},
+     .sliding_window = true, .moe = true, .moe_ffn_key = true, .moe_sparse_step = true, .cuda = true},
     {.name = "OlmoeForCausalLM", .label = "OLMoE", .qk_norm = QK_WHOLE, .config_bias = true, .moe = true,
-     .cuda = CUDA_PREVIEW},
+     .cuda = true},
 };
 
 const arch_features *arch_find(const char *name)

@@ -228,3 +228,33 @@ void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, floa
         k_scale(kc, out, (float)c->residual_multiplier, (size_t)dim);
     k_add(kc, x, out, (size_t)dim);
 }
+
+/*
+ * The routed experts of one token that live in host memory (a layer whose
+ * first `from` experts are on the GPU, cuda/host_layers.c): x [dim] is the
+ * layer's MLP input before its norm; each choice j with ids[j] >= from
+ * gets its expert's output, unweighted, in out[j * dim, (j + 1) * dim);
+ * the other rows are left alone. scratch: cpu_moe_token_floats() floats.
+ */
+void cpu_moe_host_experts(const engine_model *m, const k_ctx *kc, int l, const float *x, const int32_t *ids,
+                          int from, float *out, float *scratch)
+{
+    const cfg_model *c = &m->cfg;
+    const layer_weights *L = &m->layers[l];
+    const int E = c->n_experts, k = c->n_experts_used, dim = c->dim;
+    const int hmax = c->moe_ffn_dim > c->shared_ffn_dim ? c->moe_ffn_dim : c->shared_ffn_dim;
+    const float eps = (float)c->rms_eps, offset = m->arch->norm_offset ? 1.0f : 0.0f;
+    float *xb = scratch, *h = xb + dim, *h2 = h + hmax;
+    const float *in = x;
+    if (L->ffn_norm.data) {
+        k_rmsnorm_ex(kc, xb, x, 1, dim, &L->ffn_norm, eps, offset);
+        in = xb;
+    }
+    for (int j = 0; j < k; j++) {
+        if (ids[j] < from || ids[j] >= E)
+            continue;
+        float *y = out + (size_t)j * dim;
+        memcpy(y, in, (size_t)dim * sizeof *y);
+        run_expert(kc, c, &L->experts[ids[j]], 1, y, h, h2);
+    }
+}

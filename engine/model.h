@@ -404,6 +404,13 @@ void cpu_moe(const engine_session *s, int l, int n, const float *in, float *out)
  * scratch sized for model_ffn_max columns. */
 size_t cpu_moe_token_floats(const cfg_model *c);
 void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, float *scratch);
+/* The chosen experts ids[0..k) of one token that are not on the GPU (ids[j]
+ * >= from) of layer l, from its MLP input x [dim] before the norm: choice
+ * j's expert output, unweighted, into out[j * dim ...] (the rest of out
+ * untouched); the CUDA backend's split expert layers. scratch as
+ * cpu_moe_token's. */
+void cpu_moe_host_experts(const engine_model *m, const k_ctx *kc, int l, const float *x, const int32_t *ids,
+                          int from, float *out, float *scratch);
 /* The threads hosted layers use: all but one, which waits for the GPU. */
 static inline int model_host_threads(const engine_model *m)
 {

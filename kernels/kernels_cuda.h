@@ -333,10 +333,13 @@ typedef struct gemv_args {
 } gemv_args;
 /* Where one expert's matrix lies: byte offsets from gemv_args.expert_base of
  * what gemv_args names (w, scales, code, am_q, am_s2, am_code); an array the
- * format lacks is 0 and unread. */
+ * format lacks is 0 and unread. w == GEMV_EXPERT_ABSENT: the expert is not
+ * on the device (a split layer's, computed by the host); its choice is
+ * skipped, its output rows left as they are. */
 typedef struct gemv_expert {
     uint64_t w, scales, code, am_q, am_s2, am_code;
 } gemv_expert;
+#define GEMV_EXPERT_ABSENT UINT64_MAX
 /* Whether a's nested absmax fields are all there (am_shift in range). */
 static inline bool gemv_nested_ok(const gemv_args *a)
 {
@@ -383,6 +386,15 @@ int launch_moe_gather(launch_ctx *c, void *out, const void *in, k_dtype t, const
  */
 int launch_moe_combine(launch_ctx *c, float *x, float *dst, const float *ys, const int32_t *slot_of, const float *w,
                        int n, int k, int dim, const float *sh, const float *gate, int gate_ld);
+
+/*
+ * A split expert layer's decode (some of its experts on the host): x [dim]
+ * and ids [k] into mapped pinned hx and hids; then, after the host has
+ * written choice j's output to hys[j * dim ...] for every j with ids[j] >=
+ * from, those rows into ys (the others are the device's products).
+ */
+int launch_moe_to_host(launch_ctx *c, float *hx, int32_t *hids, const float *x, const int32_t *ids, int k, int dim);
+int launch_moe_from_host(launch_ctx *c, float *ys, const float *hys, const int32_t *ids, int k, int from, int dim);
 
 /*
  * out[rows, cols] (ot: f16, bf16 or f32) = the quantized matrix of `a`

@@ -27,9 +27,13 @@
  * The mixture-of-experts fixtures go through the same placements: their
  * layers stream with every expert (the copies rebuild the experts' matrices
  * at the offsets the decode product's expert tables name), and a hosted
- * one runs its experts on the CPU. A library built without
- * ENGINE_CUDA_PREVIEW refuses them on CUDA: each is then named and left
- * out. Skips (77) without a GPU.
+ * one runs its experts on the CPU. Split expert layers (moe_cpu: every
+ * expert layer's experts in host memory, then the first layer's only)
+ * must give the resident run's greedy ids and, for prompts (the host
+ * experts copied to a slot and run by the same GPU products), its prompt
+ * logits within 1e-5 in every format; their decode, whose host experts
+ * the CPU runs, the continuation within 1e-4 where the weights are not
+ * 4-bit. Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -68,6 +72,7 @@ typedef struct run {
     uint64_t peak;  /* highest device use measured, bytes */
     int streamed;   /* layers the model streams          */
     int hosted;     /* of which the CPU computes for decode */
+    int split;      /* expert layers with experts in host memory */
     int ok;
 } run;
 
@@ -81,7 +86,8 @@ static void check_budget(run *r, uint64_t budget, const char *what)
                   budget / (double)MiB);
 }
 
-static void do_run(const char *path, engine_quant q, int min_streamed, int host_layers, uint64_t budget, run *r)
+static void do_run(const char *path, engine_quant q, int min_streamed, int host_layers, uint64_t budget, int moe_cpu,
+                   run *r)
 {
     memset(r, 0, sizeof *r);
     char err[512] = "";
@@ -93,6 +99,7 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
     mp.min_layers_streamed = min_streamed;
     mp.host_layers = host_layers;
     mp.vram_budget = budget;
+    mp.moe_cpu = moe_cpu;
     engine_model *m = NULL;
     engine_status st = engine_model_load(path, &mp, &m, err, sizeof err);
     if (st == ENGINE_ERR_UNSUPPORTED && strstr(err, "not yet supported on CUDA")) { /* see the top */
@@ -120,6 +127,20 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
     r->hosted = plan ? engine_plan_get_totals(plan)->n_layers_host : -1;
     CHECK_MSG(r->hosted == (host_layers < r->streamed ? host_layers : r->streamed), "%s: %d layers hosted, %d asked",
               path, r->hosted, host_layers);
+    int expert_layers = 0;
+    for (size_t i = 0; plan && i < engine_plan_n_entries(plan); i++) {
+        const engine_plan_entry *pe = engine_plan_entry_at(plan, i);
+        if (pe->n_experts == 0)
+            continue;
+        const bool resident = pe->placement == ENGINE_PLACE_RESIDENT;
+        r->split += resident && pe->experts_resident < pe->n_experts;
+        CHECK_MSG(resident ? pe->experts_resident <= pe->n_experts : pe->experts_resident == 0,
+                  "%s: layer %d, %d of %d experts resident", path, pe->layer, pe->experts_resident, pe->n_experts);
+        /* --moe-cpu: the first expert layers keep every expert in host memory. */
+        if (expert_layers++ < moe_cpu)
+            CHECK_MSG(pe->experts_resident == 0, "%s: layer %d of the first %d: %d experts resident", path, pe->layer,
+                      moe_cpu, pe->experts_resident);
+    }
     const int want = min_streamed < info.n_layers ? min_streamed : info.n_layers;
     CHECK_MSG(r->streamed >= want, "%s: %d layers streamed, at least %d asked for", path, r->streamed, want);
     engine_session_params sp = engine_session_default_params();
@@ -194,6 +215,14 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
         CHECK(rep.decode.overlap_seconds <= rep.decode.copy_seconds + 1e-9 &&
               rep.decode.overlap_seconds <= rep.decode.compute_seconds + 1e-9);
         CHECK(rep.prefill.copy_seconds > 0 && rep.prefill.wall_seconds >= rep.prefill.copy_seconds * 0.5);
+    } else if (r->split > 0) {
+        /* Only split expert layers: decode copies nothing, the CPU runs their host experts; a prompt copies them. */
+        CHECK_MSG(rep.bytes_per_token == 0 && rep.decode.passes == 3 && rep.decode.bytes_copied == 0 &&
+                      rep.decode.host_seconds > 0 && rep.prefill.bytes_copied > 0 && rep.stream_buffers > 0,
+                  "%s: %d split layers: %llu bytes a token, decode %d passes, %llu bytes, %.3g s on the host, "
+                  "prefill %llu bytes", path, r->split, (unsigned long long)rep.bytes_per_token, rep.decode.passes,
+                  (unsigned long long)rep.decode.bytes_copied, rep.decode.host_seconds,
+                  (unsigned long long)rep.prefill.bytes_copied);
     } else {
         CHECK(rep.bytes_per_token == 0 && rep.decode.passes == 0);
     }
@@ -252,7 +281,7 @@ static void check_model(const char *path, engine_quant q, bool stored_4bit, int 
 {
     run res, all, half, hosted, one;
     layer_pads = experts > 0 ? 5 * (2 * experts + 5) : 12; /* at most 5 arrays a matrix (a nested absmax) */
-    do_run(path, q, 0, 0, 0, &res);
+    do_run(path, q, 0, 0, 0, 0, &res);
     if (!res.ok) {
         free_run(&res);
         return;
@@ -262,10 +291,10 @@ static void check_model(const char *path, engine_quant q, bool stored_4bit, int 
     uint64_t reserve = 0;
     CHECK(engine_device_reserve(&reserve) == ENGINE_OK);
     const uint64_t budget = reserve + 96 * MiB;
-    do_run(path, q, 1 << 20, 0, budget, &all);
-    do_run(path, q, 2, 0, 0, &half);
-    do_run(path, q, 1 << 20, 1 << 20, budget, &hosted);
-    do_run(path, q, 1 << 20, 1, 0, &one);
+    do_run(path, q, 1 << 20, 0, budget, 0, &all);
+    do_run(path, q, 2, 0, 0, 0, &half);
+    do_run(path, q, 1 << 20, 1 << 20, budget, 0, &hosted);
+    do_run(path, q, 1 << 20, 1, 0, 0, &one);
     const bool four_bit = stored_4bit || q == ENGINE_QUANT_NF4 || q == ENGINE_QUANT_NF4_DQ;
     const char *qn = q == ENGINE_QUANT_NONE ? "as stored"
                      : q == ENGINE_QUANT_INT8 ? "int8"
@@ -281,6 +310,26 @@ static void check_model(const char *path, engine_quant q, bool stored_4bit, int 
         compare(path, what, &res, &hosted, 1e-5, 1e-4);
         snprintf(what, sizeof what, "%s/one-host", qn);
         compare(path, what, &res, &one, 1e-5, 1e-4);
+    }
+    if (experts > 0) {
+        /* Split expert layers (--moe-cpu): every expert layer's experts in host memory, then the first
+         * layer's only. A prompt runs them on the GPU from the slot (the same products: bitwise the
+         * resident run's), decode on the CPU. */
+        run cpu_all, cpu_one;
+        do_run(path, q, 0, 0, 0, 1 << 20, &cpu_all);
+        do_run(path, q, 0, 0, 0, 1, &cpu_one);
+        CHECK_MSG(!cpu_all.ok || cpu_all.split > 0, "%s: --moe-cpu split no layer", path);
+        snprintf(what, sizeof what, "%s/moe-cpu", qn);
+        if (!four_bit)
+            compare(path, what, &res, &cpu_all, 1e-5, 1e-4);
+        else if (cpu_all.ok && res.ok)
+            CHECK_MSG(rel_diff(cpu_all.prefill, res.prefill, res.vocab) <= 1e-5, "%s %s: prompt logits differ", path,
+                      what);
+        snprintf(what, sizeof what, "%s/moe-cpu-1", qn);
+        if (!four_bit)
+            compare(path, what, &res, &cpu_one, 1e-5, 1e-4);
+        free_run(&cpu_all);
+        free_run(&cpu_one);
     }
     if (all.ok && hosted.ok) /* the prompt pass is the same GPU pass */
         CHECK_MSG(rel_diff(hosted.prefill, all.prefill, all.vocab) == 0.0, "%s %s: prompt logits not bitwise equal "

@@ -170,7 +170,7 @@ static cuda_mat expert_mat(const cuda_layer *D, int e, bool down)
 {
     const gemv_expert *o = &D->ex_off[2 * e + down];
     cuda_mat m = down ? D->ex_down : D->ex_gu;
-    char *b = D->ex_base;
+    char *b = e < D->ex_resident ? D->ex_base : D->ex_slot;
     m.w = b + o->w;
     if (m.scales)
         m.scales = (float *)(b + o->scales);
@@ -214,18 +214,24 @@ static int moe_decode(cuda_session *cs, const engine_session *s, int l, uint32_t
     set_mat(&r, &D->router);
     TRY(launch_gemv(lc, &r));
     TRY(launch_moe_route(lc, cs->moe_logits, nr, 1, E, k, moe_renorm(m), cs->moe_ids, cs->moe_w));
+    /* A split layer: the CPU runs the choices of the experts in host memory first, into their rows of
+     * moe_out; the device's products below skip those choices (GEMV_EXPERT_ABSENT in ex_table). */
+    if (D->ex_resident < E)
+        TRY(host_experts(cs->host, lc, l, D->ex_resident, cs->x, cs->moe_ids, cs->moe_out));
     /* Choice j's gated hidden state at moe_gu + j * F, its output at moe_out + j * dim. */
     gemv_args gu = {.y = cs->moe_gu, .rows = 2 * F, .cols = dim, .in = in, .x = cs->x, .norm = D->ffn_norm,
                     .eps = eps, .glu_out = true, .gelu = gelu, .x_max = x_max, .experts = D->ex_table,
                     .expert_base = D->ex_base, .expert_ids = cs->moe_ids, .n_choices = k, .x_stride = 0,
                     .y_stride = F};
     set_mat(&gu, &D->ex_gu);
-    TRY(launch_gemv(lc, &gu));
     gemv_args down = {.y = cs->moe_out, .rows = dim, .cols = F, .in = GEMV_IN_F32, .x = cs->moe_gu,
-                      .experts = D->ex_table, .expert_base = D->ex_base, .expert_ids = cs->moe_ids, .n_choices = k,
+                      .experts = D->ex_table + E, .expert_base = D->ex_base, .expert_ids = cs->moe_ids, .n_choices = k,
                       .x_stride = F, .y_stride = dim};
     set_mat(&down, &D->ex_down);
-    TRY(launch_gemv(lc, &down));
+    if (D->ex_resident > 0) { /* none on the device (--moe-cpu): the host did them all */
+        TRY(launch_gemv(lc, &gu));
+        TRY(launch_gemv(lc, &down));
+    }
     if (shared) {
         const int SF = c->shared_ffn_dim;
         gemv_args sg = {.y = cs->gu, .rows = 2 * SF, .cols = dim, .in = in, .x = cs->x, .norm = D->ffn_norm,

@@ -19,6 +19,7 @@
 typedef struct host_job {
     host_layers *h;
     int layer;
+    int from; /* a split expert layer's: its first expert not on the device */
 } host_job;
 
 struct host_layers {
@@ -33,7 +34,13 @@ struct host_layers {
     float *hb;     /* [ffn]                                               */
     float *hb2;    /* [ffn]                                               */
     float *moe;    /* cpu_moe_token's scratch (expert layers); else NULL  */
+    /* Split expert layers (some experts on the device, the rest here): */
+    float *ex_out; /* [k * dim] pinned and mapped: the host's choices' outputs */
+    int32_t *ex_ids; /* [k] pinned and mapped: the choices                */
+    float *dex_out;
+    int32_t *dex_ids;
     host_job *jobs;/* [n_layers]                                          */
+    host_job *ex_jobs; /* [n_layers]                                      */
     double seconds;/* written by the host nodes, read after a sync        */
     /* The trace the CPU track was made in and its id: made by the first host
      * node that finds the session traced, so that an untraced session has no
@@ -62,14 +69,16 @@ engine_status host_layers_create(const engine_session *s, host_layers **out, err
     h->kc.scratch = malloc((size_t)h->kc.n_threads * h->kc.scratch_per_thread * sizeof(float));
     h->xb = malloc((widest + 2 * (size_t)c->ffn_dim) * sizeof(float));
     h->jobs = malloc((size_t)c->n_layers * sizeof *h->jobs);
+    h->ex_jobs = malloc((size_t)c->n_layers * sizeof *h->ex_jobs);
     h->moe = c->n_experts > 0 ? malloc(cpu_moe_token_floats(c) * sizeof(float)) : NULL;
-    cudaError_t ce = cudaHostAlloc((void **)&h->x, ((size_t)c->dim + qkvd + qd) * sizeof(float),
+    const size_t ex = c->n_experts > 0 ? (size_t)c->n_experts_used * ((size_t)c->dim + 1) : 0;
+    cudaError_t ce = cudaHostAlloc((void **)&h->x, ((size_t)c->dim + qkvd + qd + ex) * sizeof(float),
                                    cudaHostAllocPortable | cudaHostAllocMapped);
     if (ce != cudaSuccess)
         h->x = NULL;
     else
         ce = cudaHostGetDevicePointer((void **)&h->dx, h->x, 0);
-    if (!h->kc.scratch || !h->xb || !h->jobs || !h->x || (c->n_experts > 0 && !h->moe)) {
+    if (!h->kc.scratch || !h->xb || !h->jobs || !h->ex_jobs || !h->x || (c->n_experts > 0 && !h->moe)) {
         host_layers_free(h);
         return ce != cudaSuccess ? err_set(e, ENGINE_ERR_CUDA, "pinned buffers for hosted layers: %s",
                                            cudaGetErrorString(ce))
@@ -81,8 +90,16 @@ engine_status host_layers_create(const engine_session *s, host_layers **out, err
     h->datt = h->dqkv + qkvd;
     h->hb = h->xb + widest;
     h->hb2 = h->hb + c->ffn_dim;
-    for (int l = 0; l < c->n_layers; l++)
-        h->jobs[l] = (host_job){h, l};
+    if (ex) {
+        h->ex_out = h->att + qd;
+        h->ex_ids = (int32_t *)(h->ex_out + (size_t)c->n_experts_used * c->dim);
+        h->dex_out = h->datt + qd;
+        h->dex_ids = (int32_t *)(h->dex_out + (size_t)c->n_experts_used * c->dim);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        h->jobs[l] = (host_job){h, l, 0};
+        h->ex_jobs[l] = (host_job){h, l, 0};
+    }
     *out = h;
     return ENGINE_OK;
 }
@@ -96,6 +113,7 @@ void host_layers_free(host_layers *h)
     free(h->kc.scratch);
     free(h->xb);
     free(h->jobs);
+    free(h->ex_jobs);
     free(h->moe);
     free(h);
 }
@@ -144,6 +162,19 @@ static void CUDART_CB run_after(void *p)
                         0);
 }
 
+static void CUDART_CB run_experts(void *p)
+{
+    const host_job *j = p;
+    host_layers *h = j->h;
+    engine_trace *t = node_trace(h);
+    const double t0 = model_seconds(), us0 = trace_now(t);
+    cpu_moe_host_experts(h->m, &h->kc, j->layer, h->x, h->ex_ids, j->from, h->ex_out, h->moe);
+    h->seconds += model_seconds() - t0;
+    if (t)
+        trace_span_args(t, h->trace_tid, "experts of layer", j->layer, "host", us0, trace_now(t) - us0, NULL, 0, NULL,
+                        0);
+}
+
 static int host_node(launch_ctx *lc, cudaHostFn_t fn, host_job *j)
 {
     const cudaError_t ce = cudaLaunchHostFunc(lc->stream, fn, j);
@@ -170,6 +201,17 @@ int host_layer_after(host_layers *h, launch_ctx *lc, int l, const float *att, fl
     if (host_node(lc, run_after, &h->jobs[l]))
         return -1;
     return put_x ? launch_copy_f32(lc, x, h->dx, c->dim) : 0;
+}
+
+int host_experts(host_layers *h, launch_ctx *lc, int l, int from, const float *x, const int32_t *ids, float *ys)
+{
+    const cfg_model *c = &h->m->cfg;
+    h->ex_jobs[l].from = from;
+    if (launch_moe_to_host(lc, h->dx, h->dex_ids, x, ids, c->n_experts_used, c->dim))
+        return -1;
+    if (host_node(lc, run_experts, &h->ex_jobs[l]))
+        return -1;
+    return launch_moe_from_host(lc, ys, h->dex_out, ids, c->n_experts_used, from, c->dim);
 }
 
 double host_layers_take_seconds(host_layers *h)

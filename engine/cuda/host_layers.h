@@ -40,6 +40,15 @@ void host_layers_free(host_layers *h);
 int host_layer_before(host_layers *h, launch_ctx *lc, int l, const float *x, float *qkv, bool fetch_x);
 int host_layer_after(host_layers *h, launch_ctx *lc, int l, const float *att, float *x, bool put_x);
 
+/*
+ * A split expert layer l (its experts from `from` on in host memory), in a
+ * decode step after the routing: x (the MLP's input before its norm) and
+ * the k choices ids cross to the host, whose CPU runs the choices of
+ * experts >= from, and their outputs come back into those rows of ys
+ * [k, dim] (the device's expert product skips them, GEMV_EXPERT_ABSENT).
+ */
+int host_experts(host_layers *h, launch_ctx *lc, int l, int from, const float *x, const int32_t *ids, float *ys);
+
 /* Seconds the CPU spent in hosted layers since the last call, for the offload report. */
 double host_layers_take_seconds(host_layers *h);
 

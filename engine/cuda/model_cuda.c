@@ -441,20 +441,18 @@ static bool same_format(const cuda_mat *a, const cuda_mat *b)
 }
 
 /*
- * An expert layer's MLP matrices, in plan_weights_of's order: the router
- * (the shared expert's gate stacked as its last row), each expert's
- * gate/up and down, the shared expert's. With base set, offs (may be NULL)
- * gets each expert's offsets from base, and the experts must share a format.
+ * Experts [x0, x1) of layer l, each gate/up then down. With base set, offs
+ * (may be NULL) gets their offsets from base, and they must share a
+ * format: the first one's, where set_fmt, sets D's (ex_gu, ex_down).
  */
-static engine_status put_experts(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, char *base,
-                                 uint64_t *off, sink *k, gemv_expert *offs, err_buf *e)
+static engine_status put_expert_range(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, char *base,
+                                      uint64_t *off, sink *k, gemv_expert *offs, int x0, int x1, bool set_fmt,
+                                      err_buf *e)
 {
     const layer_weights *L = &m->layers[l];
     const k_dtype wt = cm->wt;
-    const k_weight *router[] = {&L->router, &L->shared_gate};
-    engine_status st = put_mat(&D->router, router, L->shared_gate.data ? 2 : 1, wt, base, off, k, &cm->deq_elems,
-                               "the router", e);
-    for (int x = 0; !st && x < m->cfg.n_experts; x++) {
+    engine_status st = ENGINE_OK;
+    for (int x = x0; !st && x < x1; x++) {
         const moe_expert *ex = &L->experts[x];
         const k_weight *gu[] = {&ex->w_gate, &ex->w_up}, *down[] = {&ex->w_down};
         cuda_mat g, d;
@@ -463,7 +461,7 @@ static engine_status put_experts(cuda_model *cm, const engine_model *m, int l, c
             st = put_mat(&d, down, 1, wt, base, off, k, &cm->deq_elems, "an expert's down projection", e);
         if (st)
             break;
-        if (x == 0) {
+        if (x == x0 && set_fmt) {
             D->ex_gu = g;
             D->ex_down = d;
         } else if (base && (!same_format(&g, &D->ex_gu) || !same_format(&d, &D->ex_down))) {
@@ -475,6 +473,28 @@ static engine_status put_experts(cuda_model *cm, const engine_model *m, int l, c
             offs[2 * x + 1] = mat_offsets(&d, base);
         }
     }
+    return st;
+}
+
+/*
+ * An expert layer's MLP matrices, in plan_weights_of's order: the router
+ * (the shared expert's gate stacked as its last row), each expert's
+ * gate/up and down, the shared expert's; of the experts only the first
+ * n_res (a split layer keeps the rest in host memory: split_slot()).
+ * With base set, offs (may be NULL) gets each expert's offsets from base.
+ */
+static engine_status put_experts(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, char *base,
+                                 uint64_t *off, sink *k, gemv_expert *offs, int n_res, err_buf *e)
+{
+    const layer_weights *L = &m->layers[l];
+    const k_dtype wt = cm->wt;
+    const k_weight *router[] = {&L->router, &L->shared_gate};
+    engine_status st = put_mat(&D->router, router, L->shared_gate.data ? 2 : 1, wt, base, off, k, &cm->deq_elems,
+                               "the router", e);
+    if (!st)
+        st = put_expert_range(cm, m, l, D, base, off, k, offs, 0, n_res, true, e);
+    if (st)
+        return st;
     memset(&D->sh_gu, 0, sizeof D->sh_gu);
     memset(&D->sh_down, 0, sizeof D->sh_down);
     if (!st && L->shared.w_gate.data) {
@@ -488,9 +508,9 @@ static engine_status put_experts(cuda_model *cm, const engine_model *m, int l, c
     return st;
 }
 
-/* Layer l's matrices at base from offset *off (an expert layer's experts: offs as put_experts). */
+/* Layer l's matrices at base from offset *off (an expert layer's first n_res experts: offs as put_experts). */
 static engine_status put_layer_mats(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, char *base,
-                                    uint64_t *off, sink *k, gemv_expert *offs, err_buf *e)
+                                    uint64_t *off, sink *k, gemv_expert *offs, int n_res, err_buf *e)
 {
     const layer_weights *L = &m->layers[l];
     const k_dtype wt = cm->wt;
@@ -504,7 +524,7 @@ static engine_status put_layer_mats(cuda_model *cm, const engine_model *m, int l
         memset(&D->w_gu, 0, sizeof D->w_gu);
         memset(&D->w_down, 0, sizeof D->w_down);
         if (!st)
-            st = put_experts(cm, m, l, D, base, off, k, offs, e);
+            st = put_experts(cm, m, l, D, base, off, k, offs, n_res, e);
     } else {
         if (!st)
             st = put_mat(&D->w_gu, gu, 2, wt, base, off, k, &cm->deq_elems, "gate/up", e);
@@ -521,8 +541,18 @@ uint64_t cuda_layer_mats(const cuda_model *cm, const engine_model *m, int l, cha
     sink none = {NULL, NULL};
     uint64_t off = 0;
     cuda_layer unused;
-    put_layer_mats(&scratch, m, l, D ? D : &unused, base, &off, &none, NULL, NULL);
+    put_layer_mats(&scratch, m, l, D ? D : &unused, base, &off, &none, NULL, m->cfg.n_experts, NULL);
     return off;
+}
+
+uint64_t cuda_expert_range_bytes(const cuda_model *cm, const engine_model *m, int l, int x0, int x1)
+{
+    cuda_model scratch = *cm;
+    sink none = {NULL, NULL};
+    uint64_t off = 0;
+    cuda_layer unused;
+    put_expert_range(&scratch, m, l, &unused, NULL, &off, &none, NULL, x0, x1, true, NULL);
+    return (off + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
 }
 
 /*
@@ -536,7 +566,30 @@ static engine_status slot_offsets(cuda_model *cm, const engine_model *m, int l, 
     sink none = {NULL, NULL};
     uint64_t off = 0;
     cuda_layer tmp;
-    return put_layer_mats(cm, m, l, &tmp, stand_in, &off, &none, offs, e);
+    return put_layer_mats(cm, m, l, &tmp, stand_in, &off, &none, offs, m->cfg.n_experts, e);
+}
+
+/*
+ * A split expert layer's experts [from, E), which live in host memory: their
+ * copies recorded for stream unit si (prompts copy them into a slot), and
+ * their offsets from the slot's start into offs, laid out again at a
+ * stand-in base as slot_offsets() does; with no expert on the device
+ * (from 0) that layout gives D the experts' format.
+ */
+static engine_status split_slot(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, int from, recorder *rec,
+                                int si, gemv_expert *offs, bool offsets, err_buf *e)
+{
+    static char stand_in[ALIGN] __attribute__((aligned(ALIGN)));
+    const int E = m->cfg.n_experts;
+    sink to_slot = {NULL, rec}, none = {NULL, NULL};
+    uint64_t soff = 0, off = 0;
+    cuda_layer tmp = *D;
+    if (rec)
+        rec->layer = si;
+    engine_status st = put_expert_range(cm, m, l, &tmp, NULL, &soff, &to_slot, NULL, from, E, true, e);
+    if (!st && offsets)
+        st = put_expert_range(cm, m, l, from == 0 ? D : &tmp, stand_in, &off, &none, offs, from, E, from == 0, e);
+    return st;
 }
 
 /*
@@ -614,17 +667,24 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         cuda_layer *D = &cm->layers[l];
         const int si = sm ? sm->index[l] : -1;
         gemv_expert *offs = L->experts ? cm->ex_offs + (size_t)l * 2 * c->n_experts : NULL;
-        if (si >= 0) {
+        /* A split expert layer (stream_model.split): resident but for its experts from `from` on. */
+        const bool split = si >= 0 && sm->split[si];
+        const int from = split ? sm->ex_from[l] : c->n_experts;
+        D->ex_resident = L->experts ? from : 0;
+        D->ex_slot = NULL;
+        if (si >= 0 && !split) {
             /* Its matrices go to a slot at offsets from 0 (sized by stream_model_open): recorded, not uploaded. */
             sink to_slot = {NULL, rec};
             uint64_t soff = 0;
             if (rec)
                 rec->layer = si;
-            st = put_layer_mats(cm, m, l, D, NULL, &soff, &to_slot, NULL, e);
+            st = put_layer_mats(cm, m, l, D, NULL, &soff, &to_slot, NULL, c->n_experts, e);
             if (!st && offs && base)
                 st = slot_offsets(cm, m, l, offs, e);
         } else {
-            st = put_layer_mats(cm, m, l, D, base, &off, &res, offs, e);
+            st = put_layer_mats(cm, m, l, D, base, &off, &res, offs, from, e);
+            if (!st && split)
+                st = split_slot(cm, m, l, D, from, rec, si, offs, offs && base, e);
         }
         /* Biases absent from a stacked set are zero-filled rows of the right size. */
         k_weight zq = {NULL, K_F32, 1, qd}, zkv = {NULL, K_F32, 1, kvd}, zf = {NULL, K_F32, 1, c->ffn_dim};
@@ -650,8 +710,20 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         if (offs) {
             const uint64_t tb = 2 * (uint64_t)c->n_experts * sizeof(gemv_expert);
             D->ex_table = (const gemv_expert *)carve_at(base, &off, tb, &at);
-            if (!st)
-                st = sink_bytes(&res, base, at, offs, tb, e);
+            /* On the device one table a matrix, as the decode product indexes it by expert: every
+             * expert's gate/up, then every expert's down; the experts a split layer keeps in host
+             * memory marked absent, so that the product skips them. */
+            gemv_expert *t = st ? NULL : malloc(tb);
+            if (!st && !t)
+                st = err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+            for (int x = 0; t && x < c->n_experts; x++) {
+                const bool here = x < from;
+                t[x] = here ? offs[2 * x] : (gemv_expert){.w = GEMV_EXPERT_ABSENT};
+                t[c->n_experts + x] = here ? offs[2 * x + 1] : (gemv_expert){.w = GEMV_EXPERT_ABSENT};
+            }
+            if (t)
+                st = sink_bytes(&res, base, at, t, tb, e); /* copied before it returns */
+            free(t);
         }
         PAD();
     }
@@ -715,6 +787,7 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
     pp.kv_type = m->kv_type;
     pp.cuda_context_bytes = cm->reserve;
     pp.min_layers_streamed = m->min_streamed;
+    pp.moe_cpu = m->moe_cpu;
     cuda_plan_bandwidths(&pp, m, plan_budget - cm->reserve); /* this device's, measured (measure.c) */
     char msg[ERR_MSG_MAX] = "";
     engine_status st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
@@ -722,7 +795,10 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
         return err_set(e, st, "%s", msg);
     /* Streamed layers: plan again knowing how fast this CPU would compute one. */
     const int streamed = engine_plan_get_totals(cm->plan)->n_layers_streamed;
-    if (streamed > 0 && m->host_layers != 0 && engine_host_layer_rate(m, &pp.host_gbps) == ENGINE_OK) {
+    /* Likewise where experts stay in host memory: the CPU runs a token's picks among them. */
+    const bool host_experts = engine_plan_get_totals(cm->plan)->n_experts_host > 0;
+    if (((streamed > 0 && m->host_layers != 0) || host_experts) &&
+        engine_host_layer_rate(m, &pp.host_gbps) == ENGINE_OK) {
         pp.host_layers = m->host_layers;
         cuda_plan_shared(&pp, m, plan_budget - cm->reserve); /* copies and CPU share host memory */
         engine_plan_free(cm->plan);
@@ -867,9 +943,9 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
               as.budget / 1073741824.0, as.vmm ? "" : " (one plain allocation: no virtual memory management)");
     model_log(m, ENGINE_LOG_INFO, "CUDA: %s", engine_plan_summary(cm->plan));
     if (cm->sm)
-        model_log(m, ENGINE_LOG_INFO, "CUDA: %d layers streamed, %.2f GiB of host memory pinned (%.2f GiB of it "
-                  "converted copies), %.2f GiB reserved for the CUDA context",
-                  cm->sm->n, cm->sm->pinned / 1073741824.0, cm->sm->image_bytes / 1073741824.0,
+        model_log(m, ENGINE_LOG_INFO, "CUDA: %d layers streamed, %d with experts in host memory, %.2f GiB of host "
+                  "memory pinned (%.2f GiB of it converted copies), %.2f GiB reserved for the CUDA context",
+                  cm->sm->n - cm->sm->n_split, cm->sm->n_split, cm->sm->pinned / 1073741824.0, cm->sm->image_bytes / 1073741824.0,
                   cm->reserve / 1073741824.0);
     *out = cm;
     return ENGINE_OK;

@@ -138,7 +138,7 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->v_scale = scales ? (float *)((char *)cs->kv + 2 * one + scales) : NULL;
     layout(cs, s, cs->act_region);
     st = stream_session_create(cs, s, e);
-    if (!st && cs->cm->sm && cs->cm->sm->n_hosted > 0)
+    if (!st && cs->cm->sm && cs->cm->sm->n_hosted + cs->cm->sm->n_split > 0)
         st = host_layers_create(s, &cs->host, e);
     if (st) {
         cuda_session_free(cs);

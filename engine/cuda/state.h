@@ -62,7 +62,13 @@ typedef struct cuda_layer {
     cuda_mat ex_down; /* expert 0's [dim, moe_ffn]                           */
     char *ex_base;    /* what the offsets count from: the weights region, or the layer's slot */
     const gemv_expert *ex_off;   /* host [2E]: expert e's gate/up at [2e], its down at [2e + 1] (model-owned) */
-    const gemv_expert *ex_table; /* the same on the device (resident)    */
+    const gemv_expert *ex_table; /* on the device (resident), a table a matrix: [E] gate/up, then [E]
+                                    down, as the decode product indexes them by expert id */
+    int ex_resident;  /* experts 0 .. ex_resident-1 are with the layer; a split layer's
+                         others (stream_model.split) live in host memory: decode's
+                         CPU computes them (host_experts), a prompt copies them to
+                         ex_slot, where ex_off[2e..] counts from for e >= ex_resident */
+    char *ex_slot;    /* set per pass kind by the streaming (stream.c's set_kind) */
     cuda_mat sh_gu;   /* the shared expert's [2*shared_ffn, dim], or w NULL  */
     cuda_mat sh_down; /* [dim, shared_ffn]                                   */
 } cuda_layer;

@@ -82,7 +82,12 @@ bool stream_add_copy(stream_model *sm, int i, uint64_t dst, const void *src, uin
 engine_status stream_model_open(cuda_model *cm, const engine_model *m, const engine_plan *plan, err_buf *e)
 {
     const int L = m->cfg.n_layers;
-    const int n = engine_plan_get_totals(plan)->n_layers_streamed;
+    /* Units: the layers in host memory, and the split expert layers' host experts. */
+    int n = 0;
+    for (int l = 0; l < L; l++) {
+        const engine_plan_entry *pe = engine_plan_entry_at(plan, 1 + (size_t)l);
+        n += pe->placement != ENGINE_PLACE_RESIDENT || pe->experts_resident < pe->n_experts;
+    }
     const bool emb_host = engine_plan_entry_at(plan, 0)->placement == ENGINE_PLACE_STREAMED;
     const bool head = engine_plan_entry_at(plan, (size_t)L + 1)->placement == ENGINE_PLACE_STREAMED;
     cm->sm = NULL;
@@ -95,12 +100,16 @@ engine_status stream_model_open(cuda_model *cm, const engine_model *m, const eng
     sm->n = n;
     /* The slots hold the largest streamed layer; a streamed head goes through them in row blocks
      * (the planner streams the head only once every layer streams). */
-    for (int l = 0; l < L; l++)
-        if (engine_plan_entry_at(plan, 1 + (size_t)l)->placement != ENGINE_PLACE_RESIDENT) {
-            const uint64_t b = cuda_layer_mats(cm, m, l, NULL, NULL);
-            if (b > sm->slot_bytes)
-                sm->slot_bytes = b;
-        }
+    for (int l = 0; l < L; l++) {
+        const engine_plan_entry *pe = engine_plan_entry_at(plan, 1 + (size_t)l);
+        uint64_t b = 0;
+        if (pe->placement != ENGINE_PLACE_RESIDENT)
+            b = cuda_layer_mats(cm, m, l, NULL, NULL);
+        else if (pe->experts_resident < pe->n_experts)
+            b = cuda_expert_range_bytes(cm, m, l, pe->experts_resident, pe->n_experts);
+        if (b > sm->slot_bytes)
+            sm->slot_bytes = b;
+    }
     if (head) {
         const uint64_t row = (uint64_t)m->cfg.dim * k_dtype_size(cm->wt), vocab = (uint64_t)m->cfg.vocab_size;
         if (sm->slot_bytes < row)
@@ -117,18 +126,26 @@ engine_status stream_model_open(cuda_model *cm, const engine_model *m, const eng
     sm->index = malloc((size_t)L * sizeof *sm->index);
     sm->layer_of = malloc((units + 1) * sizeof *sm->layer_of);
     sm->hosted = calloc(units + 1, sizeof *sm->hosted);
+    sm->split = calloc(units + 1, sizeof *sm->split);
+    sm->ex_from = malloc((size_t)L * sizeof *sm->ex_from);
     sm->bytes = calloc(units + 1, sizeof *sm->bytes);
     sm->first = calloc(units + 2, sizeof *sm->first);
     sm->reg = calloc((size_t)st_n_files(m->weights) + 1, sizeof *sm->reg);
-    if (!sm->index || !sm->layer_of || !sm->hosted || !sm->bytes || !sm->first || !sm->reg)
+    if (!sm->index || !sm->layer_of || !sm->hosted || !sm->split || !sm->ex_from || !sm->bytes || !sm->first ||
+        !sm->reg)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     for (int l = 0, i = 0; l < L; l++) {
-        const engine_placement pl = engine_plan_entry_at(plan, 1 + (size_t)l)->placement;
-        sm->index[l] = pl != ENGINE_PLACE_RESIDENT ? i : -1;
-        if (pl == ENGINE_PLACE_RESIDENT)
+        const engine_plan_entry *pe = engine_plan_entry_at(plan, 1 + (size_t)l);
+        const engine_placement pl = pe->placement;
+        const bool split = pl == ENGINE_PLACE_RESIDENT && pe->experts_resident < pe->n_experts;
+        sm->ex_from[l] = split ? pe->experts_resident : m->cfg.n_experts;
+        sm->index[l] = pl != ENGINE_PLACE_RESIDENT || split ? i : -1;
+        if (sm->index[l] < 0)
             continue;
-        sm->hosted[i] = pl == ENGINE_PLACE_HOST;
-        sm->n_hosted += sm->hosted[i];
+        sm->split[i] = split;
+        sm->n_split += split;
+        sm->hosted[i] = pl == ENGINE_PLACE_HOST || split; /* decode leaves both to the CPU */
+        sm->n_hosted += pl == ENGINE_PLACE_HOST;
         sm->layer_of[i++] = l;
     }
     for (int i = n; i < sm->n_units; i++)
@@ -189,6 +206,8 @@ void stream_model_free(stream_model *sm)
     free(sm->index);
     free(sm->layer_of);
     free(sm->hosted);
+    free(sm->split);
+    free(sm->ex_from);
     free(sm->bytes);
     free(sm->first);
     free(sm->copies);
@@ -330,10 +349,12 @@ static void set_kind(cuda_session *cs, const engine_session *s, int kind)
         return;
     ss->kind = kind;
     for (int j = 0; j < ss->n_order[kind]; j++) {
-        const int l = ss->sm->layer_of[ss->order[kind][j]];
-        if (l >= 0) /* head blocks find their slot as they run (stream_head_block) */
-            cuda_layer_mats(cs->cm, s->model, l, ss->slots + (uint64_t)(j % ss->sm->n_slots) * ss->stride,
-                            &cs->layers[l]);
+        const int i = ss->order[kind][j], l = ss->sm->layer_of[i];
+        char *slot = ss->slots + (uint64_t)(j % ss->sm->n_slots) * ss->stride;
+        if (l >= 0 && ss->sm->split[i]) /* the layer stays; its host experts come to the slot */
+            cs->layers[l].ex_slot = slot;
+        else if (l >= 0) /* head blocks find their slot as they run (stream_head_block) */
+            cuda_layer_mats(cs->cm, s->model, l, slot, &cs->layers[l]);
     }
 }
 
@@ -362,7 +383,8 @@ static int copy_unit(cuda_session *cs, int j)
 bool stream_hosted(const cuda_session *cs, int l)
 {
     const stream_session *ss = cs->ss;
-    return ss && ss->kind == 1 && ss->sm->index[l] >= 0 && ss->at[1][ss->sm->index[l]] < 0;
+    return ss && ss->kind == 1 && ss->sm->index[l] >= 0 && ss->at[1][ss->sm->index[l]] < 0 &&
+           !ss->sm->split[ss->sm->index[l]];
 }
 
 int stream_begin(cuda_session *cs, const engine_session *s, int tokens, bool timing, bool decode)
@@ -379,7 +401,7 @@ int stream_begin(cuda_session *cs, const engine_session *s, int tokens, bool tim
             stream_collect(cs, ss->pending_tokens, &ss->prefill);
         ss->pending_tokens = tokens;
     }
-    set_kind(cs, s, decode && ss->sm->n_hosted > 0 ? 1 : 0);
+    set_kind(cs, s, decode && ss->sm->n_hosted + ss->sm->n_split > 0 ? 1 : 0);
     if (ss->timing) {
         ss->timed_kind = ss->kind;
         ss->trace = s->trace;
@@ -527,7 +549,8 @@ void stream_collect(cuda_session *cs, int tokens, stream_times *t)
                             (le[l] - lb[l]) * 1e6, NULL, 0, NULL, 0);
         for (int j = 0; j < n; j++) {
             const int u = order[j], layer = sm->layer_of[u];
-            trace_span_args(ss->trace, ss->copy_tid, layer >= 0 ? "copy layer" : "copy head block",
+            trace_span_args(ss->trace, ss->copy_tid,
+                            layer < 0 ? "copy head block" : sm->split[u] ? "copy experts of layer" : "copy layer",
                             layer >= 0 ? layer : u - sm->n, "copy", ss->t0_us + cb[j] * 1e6, (cend[j] - cb[j]) * 1e6,
                             "bytes", (double)sm->bytes[u], NULL, 0);
         }
@@ -560,7 +583,7 @@ engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offloa
     r->device_reserve = cm->reserve;
     if (!sm)
         return ENGINE_OK;
-    r->n_layers_streamed = sm->n;
+    r->n_layers_streamed = sm->n - sm->n_split; /* units that are whole layers */
     r->n_layers_host = sm->n_hosted;
     r->embeddings_on_host = sm->emb_host;
     r->host_pinned = sm->pinned;

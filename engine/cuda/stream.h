@@ -57,7 +57,14 @@ typedef struct stream_model {
     int *index;           /* [n_layers]: position among the streamed, or -1     */
     int *layer_of;        /* [n_units]: the layer, -1 for a head block          */
     bool *hosted;         /* [n_units]: computed on the host for decode         */
-    int n_hosted;
+    int n_hosted;         /* of them whole layers (ENGINE_PLACE_HOST)           */
+    bool *split;          /* [n_units]: a split expert layer's host experts: the
+                             layer is resident, its experts from ex_from[l] on
+                             are computed by the CPU in decode (hosted too) and
+                             copied to a slot for prompts                       */
+    int n_split;
+    int *ex_from;         /* [n_layers]: a layer's first expert in host memory
+                             (n_experts: none; 0 for a dense layer)             */
     uint64_t slot_bytes;  /* the largest streamed layer's matrices, padded      */
     uint64_t *bytes;      /* [n_units] bytes copied for each                    */
     stream_copy *copies;  /* every copy, unit by unit                           */
@@ -91,6 +98,8 @@ engine_status stream_emb_pointer(stream_model *sm, const k_weight *emb, void **d
 /* model_cuda.c: lay out layer l's four matrices at base (a slot) into D (may be NULL), as for
  * upload; returns their bytes, padded. */
 uint64_t cuda_layer_mats(const cuda_model *cm, const engine_model *m, int l, char *base, cuda_layer *D);
+/* model_cuda.c: the bytes of layer l's experts [x0, x1) as a slot holds them, padded. */
+uint64_t cuda_expert_range_bytes(const cuda_model *cm, const engine_model *m, int l, int x0, int x1);
 
 /* ---- session side ---- */
 

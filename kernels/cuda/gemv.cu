@@ -545,6 +545,8 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_gemv(gemv_args a)
     if constexpr (EXPERTS) {
         dependency_wait();
         const gemv_expert t = a.experts[a.expert_ids[blockIdx.y]];
+        if (t.w == GEMV_EXPERT_ABSENT) /* the whole block leaves: no barrier is reached */
+            return;
         const char *base = a.expert_base;
         a.w = base + t.w;
         if (a.scales)

@@ -254,3 +254,47 @@ extern "C" int launch_moe_combine(launch_ctx *c, float *x, float *dst, const flo
         return launch_fail(c, "moe_combine: %s", cudaGetErrorString(e));
     return launch_check(c, "moe_combine");
 }
+
+/*
+ * A split expert layer's vectors across PCIe (mapped pinned memory, as
+ * copy.cu moves a hosted layer's): to the host, the MLP input x and the
+ * choices; back, the host-computed outputs of the choices whose expert is
+ * not on the device. Launched plainly: the host node between them orders
+ * them, and what follows waits for them as for any kernel before.
+ */
+__global__ void k_moe_to_host(float *hx, int32_t *hids, const float *x, const int32_t *ids, int k, int dim)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x)
+        hx[i] = x[i];
+    if (blockIdx.x == 0 && threadIdx.x < k)
+        hids[threadIdx.x] = ids[threadIdx.x];
+}
+
+__global__ void k_moe_from_host(float *ys, const float *hys, const int32_t *ids, int k, int from, int dim)
+{
+    const int j = blockIdx.y;
+    if (j >= k || ids[j] < from)
+        return;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x)
+        ys[(size_t)j * dim + i] = hys[(size_t)j * dim + i];
+}
+
+extern "C" int launch_moe_to_host(launch_ctx *c, float *hx, int32_t *hids, const float *x, const int32_t *ids, int k,
+                                  int dim)
+{
+    if (!hx || !hids || !x || !ids || k <= 0 || k > MOE_MAX_TOPK || dim <= 0)
+        return launch_fail(c, "moe_to_host: bad arguments (top %d, dim %d)", k, dim);
+    const unsigned blocks = ceil_div(dim, 256) < 16 ? ceil_div(dim, 256) : 16;
+    k_moe_to_host<<<blocks, 256, 0, c->stream>>>(hx, hids, x, ids, k, dim);
+    return launch_check(c, "moe_to_host");
+}
+
+extern "C" int launch_moe_from_host(launch_ctx *c, float *ys, const float *hys, const int32_t *ids, int k, int from,
+                                    int dim)
+{
+    if (!ys || !hys || !ids || k <= 0 || k > MOE_MAX_TOPK || dim <= 0 || from < 0)
+        return launch_fail(c, "moe_from_host: bad arguments (top %d, dim %d, from %d)", k, dim, from);
+    const unsigned bx = ceil_div(dim, 256) < 8 ? ceil_div(dim, 256) : 8;
+    k_moe_from_host<<<dim3(bx, (unsigned)k), 256, 0, c->stream>>>(ys, hys, ids, k, from, dim);
+    return launch_check(c, "moe_from_host");
+}
