@@ -573,8 +573,9 @@ static engine_status slot_offsets(cuda_model *cm, const engine_model *m, int l, 
  * A split expert layer's experts [from, E), which live in host memory: their
  * copies recorded for stream unit si (prompts copy them into a slot), and
  * their offsets from the slot's start into offs, laid out again at a
- * stand-in base as slot_offsets() does; with no expert on the device
- * (from 0) that layout gives D the experts' format.
+ * stand-in base as slot_offsets() does, which checks them against the
+ * resident experts' format, or with no expert on the device (from 0)
+ * gives D theirs.
  */
 static engine_status split_slot(cuda_model *cm, const engine_model *m, int l, cuda_layer *D, int from, recorder *rec,
                                 int si, gemv_expert *offs, bool offsets, err_buf *e)
@@ -583,12 +584,13 @@ static engine_status split_slot(cuda_model *cm, const engine_model *m, int l, cu
     const int E = m->cfg.n_experts;
     sink to_slot = {NULL, rec}, none = {NULL, NULL};
     uint64_t soff = 0, off = 0;
-    cuda_layer tmp = *D;
     if (rec)
         rec->layer = si;
-    engine_status st = put_expert_range(cm, m, l, &tmp, NULL, &soff, &to_slot, NULL, from, E, true, e);
+    /* Recorded at offsets from 0 (no base: formats neither set nor compared, a pointer there may be NULL). */
+    engine_status st = put_expert_range(cm, m, l, D, NULL, &soff, &to_slot, NULL, from, E, false, e);
+    /* At the stand-in base every array is a real pointer: compared with the resident experts' format. */
     if (!st && offsets)
-        st = put_expert_range(cm, m, l, from == 0 ? D : &tmp, stand_in, &off, &none, offs, from, E, from == 0, e);
+        st = put_expert_range(cm, m, l, D, stand_in, &off, &none, offs, from, E, from == 0, e);
     return st;
 }
 
