@@ -183,7 +183,13 @@ int main(int argc, char **argv)
         /* The cache's bytes a position (K and V of every layer, with int8/fp8's scales) at the mean depth. */
         const double mean_pos = n_prompt + (n_gen - 1) / 2.0;
         const double kv_read = (double)mem.kv_cache / (n_prompt + n_gen) * mean_pos;
-        const double per_token = weights - (info.tied_embeddings ? 0.0 : emb) + kv_read;
+        double per_token = weights - (info.tied_embeddings ? 0.0 : emb) + kv_read;
+        /* An expert model's token reads its top-k experts, not all of them: the plan's figures
+         * (the device's bytes and the host experts the CPU reads). */
+        const engine_plan *pl = on_gpu ? engine_model_plan(m) : NULL;
+        const engine_plan_totals *pt = pl ? engine_plan_get_totals(pl) : NULL;
+        if (pt && pt->n_expert_layers > 0)
+            per_token = (double)pt->read_per_token + (double)pt->host_per_token + kv_read;
         const double p = median(pre, reps), d = median(dec, reps);
         printf("{\"model\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"head\":\"%s\",\"params\":%llu,\"prompt\":%d,\"gen\":%d,"
                "\"reps\":%d,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,\"bytes_per_token\":%.0f,"
