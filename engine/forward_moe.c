@@ -170,6 +170,16 @@ void cpu_moe(const engine_session *s, int l, int n, const float *in, float *out)
         }
 }
 
+/* One token's MLP input: x through layer l's norm into xb where it has one, else x itself. */
+static const float *mlp_input(const engine_model *m, const k_ctx *kc, int l, const float *x, float *xb)
+{
+    const layer_weights *L = &m->layers[l];
+    if (!L->ffn_norm.data)
+        return x;
+    k_rmsnorm_ex(kc, xb, x, 1, m->cfg.dim, &L->ffn_norm, (float)m->cfg.rms_eps, m->arch->norm_offset ? 1.0f : 0.0f);
+    return xb;
+}
+
 size_t cpu_moe_token_floats(const cfg_model *c)
 {
     const size_t dim = (size_t)c->dim, E = (size_t)c->n_experts, k = (size_t)c->n_experts_used;
@@ -193,11 +203,7 @@ void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, floa
     float *xb = scratch, *out = xb + dim, *y = out + dim, *logits = y + dim, *gate = logits + E, *w = gate + 1;
     int *ids = (int *)(w + k); /* k ints in k floats' room */
     float *h = w + 2 * k, *h2 = h + hmax;
-    const float *in = x;
-    if (L->ffn_norm.data) {
-        k_rmsnorm_ex(kc, xb, x, 1, dim, &L->ffn_norm, eps, offset);
-        in = xb;
-    }
+    const float *in = mlp_input(m, kc, l, x, xb);
     k_matmul(kc, logits, in, 1, &L->router, NULL);
     route(logits, E, k, m->arch->moe_renorm || c->norm_topk_prob, ids, w);
     if (L->shared.w_gate.data) {
@@ -243,13 +249,8 @@ void cpu_moe_host_experts(const engine_model *m, const k_ctx *kc, int l, const f
     const layer_weights *L = &m->layers[l];
     const int E = c->n_experts, k = c->n_experts_used, dim = c->dim;
     const int hmax = c->moe_ffn_dim > c->shared_ffn_dim ? c->moe_ffn_dim : c->shared_ffn_dim;
-    const float eps = (float)c->rms_eps, offset = m->arch->norm_offset ? 1.0f : 0.0f;
     float *xb = scratch, *h = xb + dim, *h2 = h + hmax;
-    const float *in = x;
-    if (L->ffn_norm.data) {
-        k_rmsnorm_ex(kc, xb, x, 1, dim, &L->ffn_norm, eps, offset);
-        in = xb;
-    }
+    const float *in = mlp_input(m, kc, l, x, xb);
     for (int j = 0; j < k; j++) {
         if (ids[j] < from || ids[j] >= E)
             continue;
