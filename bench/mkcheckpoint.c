@@ -124,9 +124,11 @@ typedef struct shard_def {
 
 /* ------------------------------------------------------------ numbers */
 
+/* splitmix64: the state advances by a constant step a draw. */
+#define SPLITMIX_STEP 0x9E3779B97F4A7C15ull
 static uint64_t splitmix64(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (*s += SPLITMIX_STEP);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -382,21 +384,31 @@ static int nf4_compute(const tensor_def *t, uint64_t seed, dtype_t dt, nf4_state
     q->nested = malloc(nn * sizeof *q->nested);
     int rc = x && am && q->packed && q->absmax_q && q->nested ? 0 : -1;
     if (rc == 0) {
-        /* The values the dense file would hold: the same stream, rounded to dt. */
-        uint64_t state = tensor_stream(seed, t->src);
-        fill_values(t, &state, x, (size_t)n);
-        if (dt == DT_BF16)
-            for (uint64_t i = 0; i < n; i++) {
-                const uint32_t u = (uint32_t)f32_to_bf16(x[i]) << 16;
-                memcpy(&x[i], &u, 4);
-            }
-        else if (dt == DT_F16)
-            for (uint64_t i = 0; i < n; i++) {
-                const uint16_t h = f32_to_f16(x[i]);
-                const int e = (h >> 10) & 31, m = h & 1023;
-                const float v = e ? ldexpf((float)(m | 1024), e - 25) : ldexpf((float)m, -24);
-                x[i] = h & 0x8000 ? -v : v;
-            }
+        /* The values the dense file would hold: the same stream, rounded to dt.
+         * A draw advances the stream by one step and gives two values, so a
+         * chunk starting at an even i starts at step i / 2: chunks fill in
+         * parallel and give the values one pass would. */
+        const uint64_t state0 = tensor_stream(seed, t->src), chunk = 4096;
+        const int64_t n_chunks = (int64_t)((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < n_chunks; c++) {
+            const uint64_t i0 = (uint64_t)c * chunk, len = n - i0 < chunk ? n - i0 : chunk;
+            uint64_t state = state0 + (i0 / 2) * SPLITMIX_STEP;
+            float *xc = x + i0;
+            fill_values(t, &state, xc, (size_t)len);
+            if (dt == DT_BF16)
+                for (uint64_t i = 0; i < len; i++) {
+                    const uint32_t u = (uint32_t)f32_to_bf16(xc[i]) << 16;
+                    memcpy(&xc[i], &u, 4);
+                }
+            else if (dt == DT_F16)
+                for (uint64_t i = 0; i < len; i++) {
+                    const uint16_t h = f32_to_f16(xc[i]);
+                    const int e = (h >> 10) & 31, m = h & 1023;
+                    const float v = e ? ldexpf((float)(m | 1024), e - 25) : ldexpf((float)m, -24);
+                    xc[i] = h & 0x8000 ? -v : v;
+                }
+        }
     }
     if (rc == 0)
         nf4dq_quantize(x, n, am, q->packed, q->absmax_q, q->nested, q->map, &q->offset);

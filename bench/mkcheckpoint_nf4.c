@@ -88,14 +88,14 @@ void nf4dq_quantize(const float *x, uint64_t n, float *am, uint8_t *packed, uint
                     float map[256], float *offset)
 {
     const uint64_t nb = (n + NF4_BLOCK - 1) / NF4_BLOCK, nn = (nb + NESTED_BLOCK - 1) / NESTED_BLOCK;
-    double sum = 0.0;
+    /* Blocks are independent; the absmax sum is taken in block order after. */
+#pragma omp parallel for schedule(static)
     for (uint64_t b = 0; b < nb; b++) {
         const uint64_t i0 = b * NF4_BLOCK, len = n - i0 < NF4_BLOCK ? n - i0 : NF4_BLOCK;
         float m = 0.0f;
         for (uint64_t j = 0; j < len; j++)
             m = fmaxf(m, fabsf(x[i0 + j]));
         am[b] = m;
-        sum += m;
         const float inv = 1.0f / m; /* bitsandbytes multiplies by the reciprocal */
         for (uint64_t j = 0; j < len; j += 2) {
             const float a = x[i0 + j], c = j + 1 < len ? x[i0 + j + 1] : 0.0f;
@@ -104,10 +104,14 @@ void nf4dq_quantize(const float *x, uint64_t n, float *am, uint8_t *packed, uint
     }
     /* Double quantization: the absmax less their mean (in double, rounded
      * to fp32), 8-bit in blocks of 256 with the dynamic map. */
+    double sum = 0.0;
+    for (uint64_t b = 0; b < nb; b++)
+        sum += am[b];
     *offset = nb ? (float)(sum / (double)nb) : 0.0f;
     dynamic_map(map);
     for (uint64_t b = 0; b < nb; b++)
         am[b] -= *offset;
+#pragma omp parallel for schedule(static)
     for (uint64_t k = 0; k < nn; k++) {
         const uint64_t i0 = k * NESTED_BLOCK, len = nb - i0 < NESTED_BLOCK ? nb - i0 : NESTED_BLOCK;
         float m = 0.0f;
