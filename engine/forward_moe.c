@@ -184,25 +184,77 @@ size_t cpu_moe_token_floats(const cfg_model *c)
 {
     const size_t dim = (size_t)c->dim, E = (size_t)c->n_experts, k = (size_t)c->n_experts_used;
     const size_t h = c->moe_ffn_dim > c->shared_ffn_dim ? (size_t)c->moe_ffn_dim : (size_t)c->shared_ffn_dim;
-    return 3 * dim + E + 1 + 2 * k + 2 * h;
+    return 3 * dim + E + 1 + 3 * k + 2 * h + 2 * k * (size_t)c->moe_ffn_dim + k * dim;
+}
+
+#define EXPERT_ROWS 16 /* rows of one expert's product a work item */
+
+/*
+ * One token's choices j whose expert is in [from, E): expert ids[j]'s
+ * output for input `in`, unweighted, into ys[j * dim, (j + 1) * dim); the
+ * other rows are left alone. One parallel region for all of them: the
+ * gate/up rows of every such choice are split among the threads in items
+ * of EXPERT_ROWS rows (each item's gated product computed there), then,
+ * after the region's barrier, the down rows likewise. A token's few
+ * experts are small products; one region instead of one per product per
+ * expert keeps every thread busy and pays the fork and join once.
+ * g, u: n_experts_used * moe_ffn_dim floats each; list: n_experts_used ints.
+ */
+static void host_choices(const engine_model *m, const k_ctx *kc, int l, const float *in, const int32_t *ids,
+                         int from, float *ys, float *g, float *u, int *list)
+{
+    const cfg_model *c = &m->cfg;
+    const moe_expert *experts = m->layers[l].experts;
+    const int E = c->n_experts, k = c->n_experts_used, dim = c->dim, F = c->moe_ffn_dim;
+    const bool gelu = c->act == CFG_ACT_GELU_TANH;
+    int nh = 0;
+    for (int j = 0; j < k; j++)
+        if (ids[j] >= from && ids[j] < E)
+            list[nh++] = j;
+    if (nh == 0)
+        return;
+    const int gu_items = (F + EXPERT_ROWS - 1) / EXPERT_ROWS, d_items = (dim + EXPERT_ROWS - 1) / EXPERT_ROWS;
+    const k_ctx one = {1, NULL, 0};
+#pragma omp parallel num_threads(kc->n_threads) if (kc->n_threads > 1)
+    {
+#pragma omp for schedule(static)
+        for (int it = 0; it < nh * gu_items; it++) {
+            const int j = list[it / gu_items], r0 = it % gu_items * EXPERT_ROWS;
+            const int r1 = r0 + EXPERT_ROWS < F ? r0 + EXPERT_ROWS : F;
+            const moe_expert *ex = &experts[ids[j]];
+            float *gj = g + (size_t)j * F + r0, *uj = u + (size_t)j * F + r0;
+            k_matvec_rows(&ex->w_gate, r0, r1, in, gj);
+            k_matvec_rows(&ex->w_up, r0, r1, in, uj);
+            if (gelu)
+                k_geglu(&one, gj, uj, (size_t)(r1 - r0));
+            else
+                k_swiglu(&one, gj, uj, (size_t)(r1 - r0));
+        }
+#pragma omp for schedule(static)
+        for (int it = 0; it < nh * d_items; it++) {
+            const int j = list[it / d_items], r0 = it % d_items * EXPERT_ROWS;
+            const int r1 = r0 + EXPERT_ROWS < dim ? r0 + EXPERT_ROWS : dim;
+            k_matvec_rows(&experts[ids[j]].w_down, r0, r1, g + (size_t)j * F, ys + (size_t)j * dim + r0);
+        }
+    }
 }
 
 /*
- * One token's expert MLP without a session (a hosted layer, cuda/host_layers.c),
- * as cpu_moe computes it for n = 1, then joined to the residual stream as
- * forward_cpu.c's residual_add does: each choice's expert runs, and its
- * output is added in choice order, the same sums in the same order.
+ * One token's expert MLP without a session (a hosted layer, cuda/host_layers.c):
+ * cpu_moe's routing, shared expert and weighted sum for n = 1, its experts
+ * by host_choices(), then joined to the residual stream as forward_cpu.c's
+ * residual_add does; each choice's output is added in choice order.
  */
 void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, float *scratch)
 {
     const cfg_model *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
-    const int E = c->n_experts, k = c->n_experts_used, dim = c->dim;
+    const int E = c->n_experts, k = c->n_experts_used, dim = c->dim, F = c->moe_ffn_dim;
     const int hmax = c->moe_ffn_dim > c->shared_ffn_dim ? c->moe_ffn_dim : c->shared_ffn_dim;
     const float eps = (float)c->rms_eps, offset = m->arch->norm_offset ? 1.0f : 0.0f;
-    float *xb = scratch, *out = xb + dim, *y = out + dim, *logits = y + dim, *gate = logits + E, *w = gate + 1;
-    int *ids = (int *)(w + k); /* k ints in k floats' room */
-    float *h = w + 2 * k, *h2 = h + hmax;
+    float *xb = scratch, *out = xb + dim, *logits = out + dim, *gate = logits + E, *w = gate + 1;
+    int *ids = (int *)(w + k), *list = ids + k; /* ints in floats' room */
+    float *h = w + 3 * k, *h2 = h + hmax, *g = h2 + hmax, *u = g + (size_t)k * F, *ys = u + (size_t)k * F;
     const float *in = mlp_input(m, kc, l, x, xb);
     k_matmul(kc, logits, in, 1, &L->router, NULL);
     route(logits, E, k, m->arch->moe_renorm || c->norm_topk_prob, ids, w);
@@ -216,18 +268,16 @@ void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, floa
         else
             k_swiglu(kc, h, h2, (size_t)SF);
         k_matmul(kc, out, h, 1, &L->shared.w_down, NULL);
-        const float g = 1.0f / (1.0f + expf(-gate[0]));
+        const float gs = 1.0f / (1.0f + expf(-gate[0]));
         for (int i = 0; i < dim; i++)
-            out[i] *= g;
+            out[i] *= gs;
     } else {
         memset(out, 0, (size_t)dim * sizeof *out);
     }
-    for (int j = 0; j < k; j++) {
-        memcpy(y, in, (size_t)dim * sizeof *y);
-        run_expert(kc, c, &L->experts[ids[j]], 1, y, h, h2);
+    host_choices(m, kc, l, in, (const int32_t *)ids, 0, ys, g, u, list);
+    for (int j = 0; j < k; j++)
         for (int i = 0; i < dim; i++)
-            out[i] += w[j] * y[i];
-    }
+            out[i] += w[j] * ys[(size_t)j * dim + i];
     if (L->ffn_post_norm.data)
         k_rmsnorm_ex(kc, out, out, 1, dim, &L->ffn_post_norm, eps, offset);
     if (c->residual_multiplier != 1.0)
@@ -246,16 +296,9 @@ void cpu_moe_host_experts(const engine_model *m, const k_ctx *kc, int l, const f
                           int from, float *out, float *scratch)
 {
     const cfg_model *c = &m->cfg;
-    const layer_weights *L = &m->layers[l];
-    const int E = c->n_experts, k = c->n_experts_used, dim = c->dim;
-    const int hmax = c->moe_ffn_dim > c->shared_ffn_dim ? c->moe_ffn_dim : c->shared_ffn_dim;
-    float *xb = scratch, *h = xb + dim, *h2 = h + hmax;
+    const int k = c->n_experts_used, dim = c->dim, F = c->moe_ffn_dim;
+    float *xb = scratch, *g = xb + dim, *u = g + (size_t)k * F;
+    int *list = (int *)(u + (size_t)k * F);
     const float *in = mlp_input(m, kc, l, x, xb);
-    for (int j = 0; j < k; j++) {
-        if (ids[j] < from || ids[j] >= E)
-            continue;
-        float *y = out + (size_t)j * dim;
-        memcpy(y, in, (size_t)dim * sizeof *y);
-        run_expert(kc, c, &L->experts[ids[j]], 1, y, h, h2);
-    }
+    host_choices(m, kc, l, in, ids, from, out, g, u, list);
 }

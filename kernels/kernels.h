@@ -119,6 +119,14 @@ size_t k_weight_bytes(const k_weight *w);
 void k_dequant_row(const k_weight *w, int r, int c0, int n, float *out);
 
 /*
+ * y[r - r0] = row r of w . x for r in [r0, r1), one token, on the calling
+ * thread alone: the piece of a product that a caller's own parallel region
+ * hands each thread (forward_moe.c's host experts). 4-bit rows whose blocks
+ * do not straddle rows are decoded in registers and dotted in one pass.
+ */
+void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y);
+
+/*
  * y[n, w.rows] = x[n, w.cols] . w^T (+ bias[w.rows] when bias->data != NULL).
  * Quantized weights are decoded in registers/stack chunks and reused for
  * every token of the batch; accumulation is fp32.

@@ -71,6 +71,13 @@ static void test_matmul(int threads)
                     k_ctx c = {threads, scratch, with_scratch ? per : 0};
                     k_matmul(&c, y, x, n, &w, with_bias ? &b : NULL);
                     double e = rel_err(y, ref, (size_t)n * rows);
+                    if (!with_bias && !with_scratch) { /* one token's rows [0, rows) by k_matvec_rows */
+                        poison(y, (size_t)rows);
+                        k_matvec_rows(&w, 0, rows, x, y);
+                        const double ev = rel_err(y, ref, (size_t)rows);
+                        CHECK_MSG(ev < 1e-5, "k_matvec_rows dtype %d %dx%d: rel err %g", (int)types[ti], rows, cols,
+                                  ev);
+                    }
                     CHECK_MSG(e < 1e-5, "matmul dtype %d n=%d %dx%d scratch=%d bias=%d threads=%d: rel err %g",
                               (int)types[ti], n, rows, cols, with_scratch, with_bias, threads, e);
                     free(wv), free(bv), free(wd), free(bd), free(x), free(y), free(ref), free(scratch);

@@ -4,7 +4,7 @@
  * - The NF4 table against its definition (normal quantiles), the encoders
  *   against an exhaustive nearest-code search, the dynamic map's shape.
  * - quantize -> dequantize error bounds per format on fresh random inputs.
- * - k_matmul on quantized weights against the formats' own dequantize and
+ * - k_matmul and k_matvec_rows on quantized weights against the formats' own dequantize and
  *   a float64 product, outputs poisoned with NaN first.
  * - Double quantization round trip.
  * - bitsandbytes' own output on given inputs (tests/data/quant/bnb_4bit.json,
@@ -181,7 +181,8 @@ static void test_error_bounds(void)
 
 static void test_matmul(void)
 {
-    const int shapes[][3] = {{1, 37, 200}, {1, 33, 1000}, {3, 64, 256}, {7, 19, 333}, {2, 130, 600}, {65, 9, 64}};
+    const int shapes[][3] = {{1, 37, 200}, {1, 33, 1000}, {3, 64, 256}, {7, 19, 333}, {2, 130, 600}, {65, 9, 64},
+                             {1, 40, 2048}};
     for (size_t si = 0; si < sizeof SPECS / sizeof SPECS[0]; si++)
         for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
             for (int with_bias = 0; with_bias < 2; with_bias++) {
@@ -212,6 +213,15 @@ static void test_matmul(void)
                     const double err = rel_err(y, ref, (size_t)n * rows);
                     CHECK_MSG(err < 1e-5, "%s n=%d %dx%d bias=%d threads=%d: rel err %g", q_spec_name(&SPECS[si]), n,
                               rows, cols, with_bias, threads, err);
+                }
+                /* k_matvec_rows: rows [1, rows) of the first token's product (fused in
+                 * registers for 4-bit rows of whole blocks, decoded in chunks otherwise). */
+                if (!with_bias && rows > 1) {
+                    poison(y, (size_t)rows);
+                    k_matvec_rows(&q.w, 1, rows, x, y);
+                    const double err = rel_err(y, ref + 1, (size_t)rows - 1);
+                    CHECK_MSG(err < 1e-5, "%s %dx%d: k_matvec_rows rel err %g", q_spec_name(&SPECS[si]), rows, cols,
+                              err);
                 }
                 /* Element access and partial-row decoding agree with the reference. */
                 size_t bad = 0;

@@ -10,6 +10,8 @@
  * Decoding and the dot products have AVX2 versions chosen at run time
  * (8 nibbles expanded by variable shifts, the 16-entry code table looked up
  * with two permutes and a blend); the portable loops are the reference.
+ * One token's rows (k_matvec_rows) decode 4-bit blocks in registers and dot
+ * them at once, with no buffer between.
  */
 #include <omp.h>
 #include <string.h>
@@ -214,6 +216,60 @@ __attribute__((target("avx2,fma"))) static void dot4_avx2(float wf[][QCHUNK], in
     }
 }
 #endif
+
+#ifdef K_HAVE_AVX2
+/* Row r of a 4-bit w (cols and block multiples of 8, blocks within rows) . x: each block's
+ * nibbles decoded in registers and dotted with x, the sum scaled by the block's absmax. */
+__attribute__((target("avx2,fma"))) static float row_dot4_avx2(const k_weight *w, int r, const float *x)
+{
+    const __m256i shifts = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
+    const __m256i mask = _mm256_set1_epi32(0x0f);
+    const __m256 lo = _mm256_loadu_ps(w->code), hi = _mm256_loadu_ps(w->code + 8);
+    const uint8_t *p = (const uint8_t *)w->data + (size_t)r * w->cols / 2;
+    const int bs = w->block, nb = w->cols / bs;
+    const size_t b0 = (size_t)r * w->cols / bs;
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256 part = _mm256_setzero_ps();
+        for (int k = 0; k < bs; k += 8) {
+            uint32_t word;
+            memcpy(&word, p + (b * bs + k) / 2, 4);
+            const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), mask);
+            const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
+                                              _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+            part = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + b * bs + k), part);
+        }
+        acc = _mm256_fmadd_ps(part, _mm256_set1_ps(block_absmax(w, b0 + (size_t)b)), acc);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y)
+{
+    const int avx2 = have_avx2(), cols = w->cols;
+#ifdef K_HAVE_AVX2
+    const int fused = avx2 && (w->dtype == K_NF4 || w->dtype == K_FP4) && w->block % 8 == 0 && cols % w->block == 0;
+    if (fused) {
+        for (int r = r0; r < r1; r++)
+            y[r - r0] = row_dot4_avx2(w, r, x);
+        return;
+    }
+#endif
+    float wf[QCHUNK];
+    for (int r = r0; r < r1; r++) {
+        float sum = 0.0f;
+        for (int c0 = 0; c0 < cols; c0 += QCHUNK) {
+            const int len = cols - c0 < QCHUNK ? cols - c0 : QCHUNK;
+            dequant_run(w, r, c0, len, wf, avx2);
+            sum += dot(wf, x + c0, len);
+        }
+        y[r - r0] = sum;
+    }
+}
 
 void k_matmul_quant(const k_ctx *c, float *y, const float *x, int n, const k_weight *w)
 {
