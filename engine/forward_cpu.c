@@ -125,8 +125,8 @@ static void layer_out(const engine_session *s, const engine_model *m, const k_ct
         in = xb;
     }
     if (L->experts) {
-        /* Without a session (cpu_layer_rate's timing pass for the CUDA
-         * planner, which runs no expert layers) the MLP adds nothing. */
+        /* Without a session (hosted layers, cpu_layer_rate's timing pass)
+         * the caller runs the MLP: cpu_moe_token. */
         if (s)
             cpu_moe(s, l, n, in, xb);
         else
@@ -204,10 +204,18 @@ uint64_t cpu_layer_bytes(const engine_model *m, int l)
     const layer_weights *L = &m->layers[l];
     const k_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
     uint64_t b = 0;
-    /* An expert layer's MLP matrices are NULL: cpu_layer_rate's pass, which
-     * these bytes are for, computes its attention alone. */
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
         b += w[i]->data ? k_weight_bytes(w[i]) : 0;
+    /* An expert layer's dense MLP matrices are NULL: a token reads its
+     * router, its shared expert and top-k of its experts (alike in size). */
+    if (L->experts) {
+        const moe_expert *e = &L->experts[0];
+        const k_weight *x[] = {&L->router, &L->shared_gate, &L->shared.w_gate, &L->shared.w_up, &L->shared.w_down};
+        for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+            b += x[i]->data ? k_weight_bytes(x[i]) : 0;
+        b += (uint64_t)m->cfg.n_experts_used *
+             (k_weight_bytes(&e->w_gate) + k_weight_bytes(&e->w_up) + k_weight_bytes(&e->w_down));
+    }
     return b;
 }
 
@@ -216,14 +224,16 @@ double cpu_layer_rate(const engine_model *m, const int *layers, int n_layers, in
     const cfg_model *c = &m->cfg;
     const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     const size_t widest = qd > (size_t)c->dim ? qd : (size_t)c->dim;
-    const size_t per_thread = k_matmul_scratch_floats((int)(widest > (size_t)c->ffn_dim ? widest : (size_t)c->ffn_dim));
-    const size_t floats = 2 * (size_t)c->dim + qd + 2 * kvd + widest + 2 * (size_t)c->ffn_dim;
+    const size_t ffn = (size_t)model_ffn_max(c), cols = widest > ffn ? widest : ffn;
+    const size_t per_thread = k_matmul_scratch_floats((int)cols);
+    const size_t moe = c->n_experts > 0 ? cpu_moe_token_floats(c) : 0;
+    const size_t floats = 2 * (size_t)c->dim + qd + 2 * kvd + widest + 2 * (size_t)c->ffn_dim + moe;
     float *buf = calloc(floats + (size_t)n_threads * per_thread, sizeof *buf);
     if (!buf)
         return 0.0;
     float *x = buf, *xb = x + c->dim, *q = xb + c->dim, *k = q + qd, *v = k + kvd, *att = v + kvd;
-    float *hb = att + widest, *hb2 = hb + c->ffn_dim;
-    const k_ctx kc = {n_threads, hb2 + c->ffn_dim, per_thread};
+    float *hb = att + widest, *hb2 = hb + c->ffn_dim, *moe_scratch = hb2 + c->ffn_dim;
+    const k_ctx kc = {n_threads, moe_scratch + moe, per_thread};
     for (int i = 0; i < c->dim; i++)
         x[i] = (float)((i * 7919) % 17) / 17.0f - 0.5f;
     /* The first pass faults the pages in and warms the threads; then the
@@ -240,6 +250,8 @@ double cpu_layer_rate(const engine_model *m, const int *layers, int n_layers, in
             cpu_layer_qkv(m, &kc, layers[i], 1, x, xb, q, k, v, false);
             memcpy(att, q, qd * sizeof *att);
             cpu_layer_out(m, &kc, layers[i], 1, x, att, xb, hb, hb2);
+            if (m->layers[layers[i]].experts) /* the router's top-k, as a hosted layer runs them */
+                cpu_moe_token(m, &kc, layers[i], x, moe_scratch);
         }
         const double t = model_seconds() - t0;
         if (pass > 0 && (best == 0.0 || t < best))

@@ -416,8 +416,9 @@ static inline int model_host_threads(const engine_model *m)
 {
     return m->n_threads > 1 ? m->n_threads - 1 : 1;
 }
-/* Bytes of layer l's seven matrices as the CPU reads them (an expert
- * layer's attention alone: its dense MLP matrices are NULL). */
+/* Bytes of layer l's matrices as the CPU reads them for one token: the
+ * seven, or an expert layer's attention, router, shared expert and top-k
+ * experts. */
 uint64_t cpu_layer_bytes(const engine_model *m, int l);
 /*
  * Bytes per second at which this host computes one token through the given
