@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--kv TYPE] [--trace FILE.json] [--trace-svg FILE.svg]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--kv TYPE] [--trace FILE.json] [--trace-svg FILE.svg]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode), so
@@ -90,6 +90,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--moe-cpu") && v && !cli_parse_long(v, 0, 1 << 20, &l)) {
             mp.moe_cpu = (int)l;
             i++;
+        } else if (!strcmp(a, "--moe-host") && v && (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "gpu"))) {
+            mp.moe_host = !strcmp(v, "cpu") ? ENGINE_MOE_HOST_CPU : !strcmp(v, "gpu") ? ENGINE_MOE_HOST_GPU
+                                                                                      : ENGINE_MOE_HOST_AUTO;
+            i++;
         } else if (!strcmp(a, "--kv") && v && engine_kv_type_parse(v) >= 0) {
             mp.kv_type = (engine_kv_type)engine_kv_type_parse(v);
             i++;
@@ -104,12 +108,12 @@ int main(int argc, char **argv)
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
         return 2;
     }
     char err[512] = "";
@@ -185,11 +189,11 @@ int main(int argc, char **argv)
         const double kv_read = (double)mem.kv_cache / (n_prompt + n_gen) * mean_pos;
         double per_token = weights - (info.tied_embeddings ? 0.0 : emb) + kv_read;
         /* An expert model's token reads its top-k experts, not all of them: the plan's figures
-         * (the device's bytes and the host experts the CPU reads). */
+         * (the device's bytes, and the host experts' the CPU reads or the GPU over PCIe). */
         const engine_plan *pl = on_gpu ? engine_model_plan(m) : NULL;
         const engine_plan_totals *pt = pl ? engine_plan_get_totals(pl) : NULL;
         if (pt && pt->n_expert_layers > 0)
-            per_token = (double)pt->read_per_token + (double)pt->host_per_token + kv_read;
+            per_token = (double)pt->read_per_token + (double)pt->host_per_token + (double)pt->streamed_per_token + kv_read;
         const double p = median(pre, reps), d = median(dec, reps);
         printf("{\"model\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"head\":\"%s\",\"params\":%llu,\"prompt\":%d,\"gen\":%d,"
                "\"reps\":%d,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,\"bytes_per_token\":%.0f,"
@@ -200,6 +204,12 @@ int main(int argc, char **argv)
                (unsigned long long)mem.device_peak, (unsigned long long)mem.device_budget,
                (unsigned long long)mem.weights_owned, (unsigned long long)mem.kv_cache,
                (unsigned long long)mem.activations);
+        /* An expert model: decode against the plan's bound (its weights at the rates it prices them with). */
+        if (pt && pt->n_expert_layers > 0 && pt->tokens_per_second > 0)
+            printf("{\"experts_resident\":%d,\"experts_host\":%d,\"experts_host_gpu\":%s,\"plan_bound_tok_s\":%.2f,"
+                   "\"decode_ratio\":%.3f}\n",
+                   pt->n_experts_resident, pt->n_experts_host, pt->experts_host_gpu ? "true" : "false",
+                   pt->tokens_per_second, d / pt->tokens_per_second);
         /* Streamed layers: the measured copy/compute overlap, and decode against the PCIe bound of its bytes. */
         engine_offload_report off;
         if (on_gpu && engine_session_offload(s, 3, &off) == ENGINE_OK && off.n_layers_streamed > 0) {

@@ -80,6 +80,8 @@ typedef struct plan_in {
     int n_experts, n_used; /* experts an expert layer, of which a token runs */
     int n_ex_layers;       /* expert layers                                  */
     int moe_cpu;           /* the first this many expert layers keep no expert resident */
+    bool ex_gpu;           /* resident layers' host experts read by the GPU over PCIe for decode, not run by
+                              the CPU (engine_moe_host)                                                   */
 } plan_in;
 
 typedef struct plan_state {
@@ -94,6 +96,7 @@ typedef struct plan_state {
     int x_max;          /* the most x can be: those layers times n_experts                           */
     int x_host;         /* experts of resident layers in host memory (the CPU's for decode)          */
     uint64_t resident, streamed, slots, device_total, read, moved, hosted;
+    uint64_t ex_moved;  /* of moved: host experts the GPU reads over PCIe (plan_in.ex_gpu)           */
     double tps;
     double balance;     /* the longer of copy and host time alone: ties broken by the smaller */
     bool fits;
@@ -188,7 +191,7 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
     /* per item: bytes, on the CPU or not, the copy it needs (-1 none); per copy: bytes and its item */
     uint64_t *bytes = malloc((size_t)cap * sizeof *bytes), *cbytes = malloc((size_t)cap * sizeof *cbytes);
     int *need = malloc((size_t)cap * sizeof *need), *citem = malloc((size_t)cap * sizeof *citem);
-    bool *cpu = malloc((size_t)cap * sizeof *cpu);
+    char *cpu = malloc((size_t)cap * sizeof *cpu); /* 0: the GPU from its memory, 1: the CPU, 2: the GPU over PCIe */
     double t = -1.0;
     if (!bytes || !cbytes || !need || !citem || !cpu)
         goto out;
@@ -198,9 +201,10 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
     for (int i = 0; i < n; i++) {
         const int r = ex_next(in, s, &w, i);
         const bool streamed = layer_streamed(s, i, n), hosted = streamed && is_hosted(i, s, n);
-        /* a resident layer's experts in host memory: the CPU runs its picks after the GPU's part */
+        /* a resident layer's experts in host memory: the CPU runs its picks after the GPU's part, or the
+         * GPU reads them over PCIe (ex_gpu) */
         const uint64_t ex_cpu = streamed ? 0 : ex_cpu_read(in, i, r);
-        cpu[items] = hosted;
+        cpu[items] = hosted ? 1 : 0;
         bytes[items] = hosted ? in->mats[i] - (in->layer[i] - in->read[i]) : in->read[i] - ex_cpu;
         need[items] = -1;
         if (streamed && !hosted) {
@@ -210,12 +214,12 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
         }
         items++;
         if (ex_cpu > 0) {
-            cpu[items] = true, bytes[items] = ex_cpu, need[items] = -1;
+            cpu[items] = in->ex_gpu ? 2 : 1, bytes[items] = ex_cpu, need[items] = -1;
             items++;
         }
     }
     for (int b = 0; b < (blocks > 0 ? blocks : 1); b++, items++) {
-        cpu[items] = false;
+        cpu[items] = 0;
         bytes[items] = blocks > 0 ? (b + 1 < blocks ? slot : head - (uint64_t)(blocks - 1) * slot) : in->head;
         need[items] = -1;
         if (blocks > 0) {
@@ -240,8 +244,11 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
         }
         if (!active && copy < 0) /* cannot happen: a layer waits only for a copy under way */
             break;
-        const double share = copy >= 0 && active && cpu[item] ? f : 1.0;
-        const double rc = in->pcie * share, ri = cpu[item] ? in->host * share : in->hbm;
+        /* The CPU and the copies share host memory; reads over PCIe and the copies share PCIe. */
+        const bool both = copy >= 0 && active;
+        const double share = both && cpu[item] == 1 ? f : both && cpu[item] == 2 ? 0.5 : 1.0;
+        const double rc = in->pcie * share;
+        const double ri = cpu[item] == 1 ? in->host * share : cpu[item] == 2 ? in->pcie * share : in->hbm;
         double dt = copy >= 0 ? crem / rc : INFINITY;
         if (active && irem / ri < dt)
             dt = irem / ri;
@@ -281,7 +288,7 @@ static void size_state(const plan_in *in, plan_state *s, uint64_t *slot_out)
 {
     /* hosted: the bytes the CPU reads (an expert layer's top-k experts); hosted_mats: what is not copied;
      * ex_host: experts of resident layers kept in host memory */
-    uint64_t slot = 0, hosted = 0, hosted_mats = 0, ex_host = 0;
+    uint64_t slot = 0, hosted = 0, hosted_mats = 0, ex_host = 0, ex_moved = 0;
     s->resident = s->streamed = s->read = s->moved = 0;
     s->x_host = 0;
     ex_walk w;
@@ -307,13 +314,17 @@ static void size_state(const plan_in *in, plan_state *s, uint64_t *slot_out)
             s->x_host += off;
             s->resident += in->layer[i] - off_bytes;
             s->read += in->read[i] - cpu;
-            hosted += cpu;
+            if (in->ex_gpu)
+                ex_moved += cpu;
+            else
+                hosted += cpu;
             ex_host += off_bytes;
             if (off_bytes > slot)
                 slot = off_bytes;
         }
     }
-    s->moved = s->streamed - hosted_mats;
+    s->moved = s->streamed - hosted_mats + ex_moved;
+    s->ex_moved = ex_moved;
     s->streamed += ex_host;
     s->hosted = hosted;
     if (s->emb_host) {
@@ -552,6 +563,8 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->n_experts = in->n_ex_layers > 0 ? c->n_experts : 0;
     in->n_used = in->n_ex_layers > 0 ? c->n_experts_used : 0;
     in->moe_cpu = p->moe_cpu < in->n_ex_layers ? p->moe_cpu : in->n_ex_layers;
+    in->ex_gpu = p->moe_host == ENGINE_MOE_HOST_GPU ||
+                 (p->moe_host == ENGINE_MOE_HOST_AUTO && !(p->host_gbps > 0 && p->host_gbps * 1e9 > in->pcie));
 }
 
 /* ---------------------------------------------------------------- KV type */
@@ -717,6 +730,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
                       : p.n_batch < 0                                     ? "n_batch must not be negative"
                       : p.min_layers_streamed < 0                         ? "min_layers_streamed must not be negative"
                       : p.moe_cpu < 0                                     ? "moe_cpu must not be negative"
+                      : p.moe_host < ENGINE_MOE_HOST_AUTO || p.moe_host > ENGINE_MOE_HOST_GPU ? "moe_host must be an engine_moe_host"
                       : (int)p.quant < 0 || (int)p.quant > ENGINE_QUANT_FP4 ? "unknown quantization"
                       : bad_rate(p.hbm_gbps) || bad_rate(p.pcie_gbps)     ? "bandwidths must be positive"
                       : p.host_layers < -1                                ? "host_layers must be -1 or more"
@@ -776,6 +790,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->n_layers_streamed = chosen.k;
     t->n_layers_host = chosen.fits ? chosen.h : 0;
     t->host_per_token = chosen.fits ? chosen.hosted : 0;
+    t->experts_host_gpu = in.ex_gpu;
     t->host_gbps = p.host_gbps;
     t->weights_resident = chosen.resident;
     t->weights_streamed = chosen.streamed;

@@ -130,13 +130,17 @@ void plan_write_summary(engine_plan *p, const plan_placed *chosen, const plan_pl
     int len;
     if (chosen->k == 0 && !chosen->head_streamed && chosen->x_host > 0) { /* experts (and maybe the embeddings) */
         char cpu[64] = "priced at the PCIe rate, the CPU's own not measured";
-        if (t->host_gbps > 0)
+        if (t->experts_host_gpu)
+            snprintf(cpu, sizeof cpu, "at %.1f GB/s", t->pcie_gbps);
+        else if (t->host_gbps > 0)
             snprintf(cpu, sizeof cpu, "at %.1f GB/s", t->host_gbps);
-        len = snprintf(s, n, "keeps %d of %d experts resident, %d in host memory%s: the CPU runs a token's picks "
-                             "among them for decode (%s a token, %s), prompts stream them; decode bound %.1f tok/s "
+        len = snprintf(s, n, "keeps %d of %d experts resident, %d in host memory%s: %s a token's picks "
+                             "among them%s for decode (%s a token, %s), prompts stream them; decode bound %.1f tok/s "
                              "(all resident: %.1f tok/s in %s)",
                        t->n_experts_resident, t->n_experts_resident + t->n_experts_host, t->n_experts_host,
-                       chosen->emb_host ? ", embeddings on the host" : "", H(0, t->host_per_token), cpu,
+                       chosen->emb_host ? ", embeddings on the host" : "",
+                       t->experts_host_gpu ? "the GPU reads" : "the CPU runs", t->experts_host_gpu ? " over PCIe" : "",
+                       H(0, t->experts_host_gpu ? t->streamed_per_token : t->host_per_token), cpu,
                        t->tokens_per_second, t->resident_tokens_per_second, H(1, t->all_resident));
     } else {
         len = snprintf(s, n, "streams %d of %d layers%s%s%s%s: %s per token over PCIe, decode bound %.1f tok/s "

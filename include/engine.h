@@ -178,7 +178,26 @@ typedef struct engine_model_params {
      * stay on the GPU. 0 (default): the planner decides; more than the
      * model's expert layers: all of them. Dense layers are not counted. */
     int moe_cpu;
+    /* CUDA: what computes decode's picks among the routed experts kept in
+     * host memory (engine_moe_host): AUTO (default) the faster at the
+     * measured rates, the GPU reading them over PCIe or the CPU. */
+    int moe_host;
 } engine_model_params;
+
+/*
+ * Who runs a token's picks among the routed experts a budget keeps in host
+ * memory, for decode (prompts stream them to the GPU either way):
+ * the CPU, at its measured rate (engine_host_layer_rate); or the GPU,
+ * whose expert products read them over PCIe where they lie (a pinned
+ * host copy laid out as the device lays out experts, so about their size
+ * in host memory is pinned on top of the mapped file), at the PCIe rate.
+ * AUTO takes the GPU unless the CPU's rate is the higher.
+ */
+typedef enum engine_moe_host {
+    ENGINE_MOE_HOST_AUTO = 0,
+    ENGINE_MOE_HOST_CPU = 1,
+    ENGINE_MOE_HOST_GPU = 2
+} engine_moe_host;
 
 ENGINE_API engine_model_params engine_model_default_params(void);
 
@@ -554,6 +573,9 @@ typedef struct engine_plan_params {
     int moe_cpu;                      /* the first N expert layers keep every routed expert in host
                                          memory (as engine_model_params.moe_cpu); 0 = as the budget
                                          decides (default); more than the expert layers = all       */
+    int moe_host;                     /* engine_moe_host: who runs decode's routed experts in host
+                                         memory (AUTO: the GPU over PCIe unless host_gbps is the
+                                         higher rate)                                                */
 } engine_plan_params;
 
 /* One row of the plan: the embeddings, each layer in order, the output head. */
@@ -635,6 +657,9 @@ typedef struct engine_plan_totals {
     int n_experts_resident;      /* routed experts on the device, summed over the layers            */
     int n_experts_host;          /* routed experts in host memory, summed over the layers (those of
                                     streamed and hosted layers included)                            */
+    int experts_host_gpu;        /* 1: decode's GPU reads a token's picks among the host experts of
+                                    resident layers over PCIe (counted in streamed_per_token); 0:
+                                    the CPU runs them (host_per_token)                              */
 } engine_plan_totals;
 
 /* The same plan with the layers quantized to another format (as --quant would). */

@@ -74,11 +74,15 @@ static void check_invariants(const engine_plan *p, const moe_shape *s, engine_qu
     if (t->fits)
         CHECK_MSG(t->device_total <= t->budget, "%s: %llu over a budget of %llu", what,
                   (unsigned long long)t->device_total, (unsigned long long)t->budget);
-    /* With no layer streamed, the CPU reads the host experts' share of each token's picks, the device the rest,
-     * and the slots hold the most any layer keeps in host memory (what a prompt streams of it). */
+    /* With no layer streamed, the host experts' share of each token's picks is read on the CPU, or by the GPU
+     * over PCIe (with an embedding row where the table is on the host), the device the rest, and the slots
+     * hold the most any layer keeps in host memory (what a prompt streams of it). */
     if (t->fits && t->n_layers_streamed == 0) {
-        CHECK_MSG(t->host_per_token == cpu, "%s: CPU reads %llu a token, want %llu", what,
-                  (unsigned long long)t->host_per_token, (unsigned long long)cpu);
+        const uint64_t emb_row = engine_plan_entry_at(p, 0)->bytes_per_token;
+        const uint64_t read = t->experts_host_gpu ? t->streamed_per_token - emb_row : t->host_per_token;
+        CHECK_MSG(read == cpu && (t->experts_host_gpu ? t->host_per_token == 0 : t->streamed_per_token == emb_row),
+                  "%s: host experts read %llu a token (%s), want %llu", what, (unsigned long long)read,
+                  t->experts_host_gpu ? "GPU" : "CPU", (unsigned long long)cpu);
         CHECK_MSG(t->stream_buffers == (t->n_experts_host > 0 ? 2 * slot : 0), "%s: buffers %llu, want 2 x %llu",
                   what, (unsigned long long)t->stream_buffers, (unsigned long long)slot);
         const uint64_t emb = engine_plan_entry_at(p, 0)->placement == ENGINE_PLACE_STREAMED
@@ -178,11 +182,45 @@ static void test_qwen3_8g(void)
                   "expert %llu", (unsigned long long)eb);
         CHECK(t->fits && t->n_layers_streamed == 0 && t->n_experts_host > 0 && t->n_experts_resident > 0);
         check_invariants(p, s, ENGINE_QUANT_NF4_DQ, 0, "qwen3 8G");
-        /* No CPU rate given: the CPU's experts are priced at the PCIe rate. */
-        const double want = 1.0 / (t->read_per_token / 3000e9 + t->host_per_token / 54.7e9);
+        /* No CPU rate given: the GPU reads the host experts' picks over PCIe (AUTO), at the PCIe rate. */
+        CHECK(t->experts_host_gpu && t->host_per_token == 0);
+        double want = 1.0 / (t->read_per_token / 3000e9 + t->streamed_per_token / 54.7e9);
         CHECK_MSG(fabs(t->tokens_per_second - want) < 1e-9 * want, "bound %.6f, want %.6f", t->tokens_per_second,
                   want);
-        CHECK_MSG(strstr(engine_plan_summary(p), "at the PCIe rate") != NULL, "%s", engine_plan_summary(p));
+        CHECK_MSG(strstr(engine_plan_summary(p), "the GPU reads a token's picks among them over PCIe") != NULL, "%s",
+                  engine_plan_summary(p));
+        const engine_plan_totals gpu = *t;
+        engine_plan_free(p);
+        /* The CPU running them instead: the same placement, their bytes on the CPU, priced at the PCIe rate while
+         * its own is not measured; and with a CPU faster than PCIe, AUTO picks the CPU. */
+        engine_plan_params pp = placement_params(m);
+        pp.vram_budget = 8 * GiB, pp.n_ctx = 4096, pp.quant = ENGINE_QUANT_NF4_DQ, pp.moe_host = ENGINE_MOE_HOST_CPU;
+        char err[512];
+        p = NULL;
+        CHECK_MSG(engine_plan_create(m, &pp, &p, err, sizeof err) == ENGINE_OK && p, "%s", err);
+        if (!p)
+            return;
+        t = engine_plan_get_totals(p);
+        check_invariants(p, s, ENGINE_QUANT_NF4_DQ, 0, "qwen3 8G, CPU");
+        CHECK(!t->experts_host_gpu && t->n_experts_host == gpu.n_experts_host);
+        CHECK(t->host_per_token + engine_plan_entry_at(p, 0)->bytes_per_token == gpu.streamed_per_token);
+        want = 1.0 / (t->read_per_token / 3000e9 + t->host_per_token / 54.7e9);
+        CHECK_MSG(fabs(t->tokens_per_second - want) < 1e-9 * want, "bound %.6f, want %.6f", t->tokens_per_second,
+                  want);
+        CHECK_MSG(strstr(engine_plan_summary(p), "the CPU runs a token's picks among them for decode") != NULL &&
+                      strstr(engine_plan_summary(p), "at the PCIe rate") != NULL,
+                  "%s", engine_plan_summary(p));
+        engine_plan_free(p);
+        pp.moe_host = ENGINE_MOE_HOST_AUTO, pp.host_gbps = 80.0;
+        p = NULL;
+        CHECK_MSG(engine_plan_create(m, &pp, &p, err, sizeof err) == ENGINE_OK && p, "%s", err);
+        if (!p)
+            return;
+        CHECK(!engine_plan_get_totals(p)->experts_host_gpu);
+        pp.moe_host = 3;
+        engine_plan *bad = NULL;
+        CHECK(engine_plan_create(m, &pp, &bad, err, sizeof err) == ENGINE_ERR_INVALID_ARG && !bad &&
+              strstr(err, "moe_host") != NULL);
         /* The embeddings leave before any expert does. */
         CHECK(engine_plan_entry_at(p, 0)->placement == ENGINE_PLACE_STREAMED);
         engine_plan_free(p);

@@ -215,6 +215,7 @@ static void test_experts(void)
     engine_model *m = synth_moe(&QWEN3_30B_A3B);
     engine_plan_params p = placement_params(m);
     p.vram_budget = 8 * GiB, p.n_ctx = 4096, p.quant = ENGINE_QUANT_NF4_DQ, p.moe_cpu = 3;
+    p.moe_host = ENGINE_MOE_HOST_CPU; /* the CPU's bar; the GPU reading them over PCIe below */
     engine_plan *plan = NULL;
     char err[512];
     CHECK_MSG(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_OK, "%s", err);
@@ -234,6 +235,17 @@ static void test_experts(void)
         snprintf(want, sizeof want, "data-key=\"totals.n_experts_host\" data-value=\"%d\"", t->n_experts_host);
         CHECK_MSG(has(text, want), "experts: no %s", want);
         CHECK(has(text, "read by the CPU (its experts)") && has(text, " at PCIe's rate (CPU unmeasured): "));
+        free(text);
+    }
+    engine_plan_free(plan);
+    p.moe_host = ENGINE_MOE_HOST_GPU;
+    plan = NULL;
+    CHECK_MSG(engine_plan_create(m, &p, &plan, err, sizeof err) == ENGINE_OK, "%s", err);
+    if (plan) {
+        plan_svg_stats st;
+        char *text = draw("qwen3-moe-gpu.svg", plan, "Qwen3-30B-A3B", NULL, &st);
+        CHECK(has(text, "over PCIe (copies, expert reads)") && has(text, "GPU reads picks over PCIe") &&
+              !has(text, "read by the CPU"));
         free(text);
     }
     engine_plan_free(plan);

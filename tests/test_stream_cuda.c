@@ -32,8 +32,9 @@
  * must give the resident run's greedy ids and, for prompts (the host
  * experts copied to a slot and run by the same GPU products), its prompt
  * logits within 1e-5 in every format; their decode, whose host experts
- * the CPU runs, the continuation within 1e-4 where the weights are not
- * 4-bit. Skips (77) without a GPU.
+ * the CPU runs (--moe-host cpu), the continuation within 1e-4 where the
+ * weights are not 4-bit; read by the GPU over PCIe (--moe-host gpu), the
+ * resident run's logits bitwise in every format. Skips (77) without a GPU.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -73,8 +74,12 @@ typedef struct run {
     int streamed;   /* layers the model streams          */
     int hosted;     /* of which the CPU computes for decode */
     int split;      /* expert layers with experts in host memory */
+    int host_gpu;   /* decode's GPU reads their host experts over PCIe (else the CPU runs them) */
     int ok;
 } run;
+
+/* Who runs decode's host experts in the runs that follow (engine_model_params.moe_host). */
+static int moe_host = ENGINE_MOE_HOST_AUTO;
 
 static void check_budget(run *r, uint64_t budget, const char *what)
 {
@@ -100,6 +105,7 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
     mp.host_layers = host_layers;
     mp.vram_budget = budget;
     mp.moe_cpu = moe_cpu;
+    mp.moe_host = moe_host;
     engine_model *m = NULL;
     engine_status st = engine_model_load(path, &mp, &m, err, sizeof err);
     if (st == ENGINE_ERR_UNSUPPORTED && strstr(err, "not yet supported on CUDA")) { /* see the top */
@@ -125,6 +131,8 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
     r->vocab = info.vocab_size;
     r->streamed = plan ? engine_plan_get_totals(plan)->n_layers_streamed : -1;
     r->hosted = plan ? engine_plan_get_totals(plan)->n_layers_host : -1;
+    r->host_gpu = plan ? engine_plan_get_totals(plan)->experts_host_gpu : 0;
+    CHECK(moe_host == ENGINE_MOE_HOST_AUTO || r->host_gpu == (moe_host == ENGINE_MOE_HOST_GPU));
     CHECK_MSG(r->hosted == (host_layers < r->streamed ? host_layers : r->streamed), "%s: %d layers hosted, %d asked",
               path, r->hosted, host_layers);
     int expert_layers = 0;
@@ -216,9 +224,11 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
               rep.decode.overlap_seconds <= rep.decode.compute_seconds + 1e-9);
         CHECK(rep.prefill.copy_seconds > 0 && rep.prefill.wall_seconds >= rep.prefill.copy_seconds * 0.5);
     } else if (r->split > 0) {
-        /* Only split expert layers: decode copies nothing, the CPU runs their host experts; a prompt copies them. */
+        /* Only split expert layers: decode copies nothing, the CPU runs their host experts (or the GPU reads
+         * them: no CPU time); a prompt copies them. */
         CHECK_MSG(rep.bytes_per_token == 0 && rep.decode.passes == 3 && rep.decode.bytes_copied == 0 &&
-                      rep.decode.host_seconds > 0 && rep.prefill.bytes_copied > 0 && rep.stream_buffers > 0,
+                      (r->host_gpu ? rep.decode.host_seconds == 0 : rep.decode.host_seconds > 0) &&
+                      rep.prefill.bytes_copied > 0 && rep.stream_buffers > 0,
                   "%s: %d split layers: %llu bytes a token, decode %d passes, %llu bytes, %.3g s on the host, "
                   "prefill %llu bytes", path, r->split, (unsigned long long)rep.bytes_per_token, rep.decode.passes,
                   (unsigned long long)rep.decode.bytes_copied, rep.decode.host_seconds,
@@ -315,9 +325,22 @@ static void check_model(const char *path, engine_quant q, bool stored_4bit, int 
         /* Split expert layers (--moe-cpu): every expert layer's experts in host memory, then the first
          * layer's only. A prompt runs them on the GPU from the slot (the same products: bitwise the
          * resident run's), decode on the CPU. */
-        run cpu_all, cpu_one;
+        run cpu_all, cpu_one, gpu_all, gpu_one;
+        moe_host = ENGINE_MOE_HOST_CPU;
         do_run(path, q, 0, 0, 0, 1 << 20, &cpu_all);
         do_run(path, q, 0, 0, 0, 1, &cpu_one);
+        /* The GPU reading them over PCIe: the resident run's products on the same bytes, bitwise. */
+        moe_host = ENGINE_MOE_HOST_GPU;
+        do_run(path, q, 0, 0, 0, 1 << 20, &gpu_all);
+        do_run(path, q, 0, 0, 0, 1, &gpu_one);
+        moe_host = ENGINE_MOE_HOST_AUTO;
+        CHECK_MSG(!gpu_all.ok || (gpu_all.split > 0 && gpu_all.host_gpu), "%s: no split layer read by the GPU", path);
+        snprintf(what, sizeof what, "%s/moe-gpu", qn);
+        compare(path, what, &res, &gpu_all, 0.0, 0.0);
+        snprintf(what, sizeof what, "%s/moe-gpu-1", qn);
+        compare(path, what, &res, &gpu_one, 0.0, 0.0);
+        free_run(&gpu_all);
+        free_run(&gpu_one);
         CHECK_MSG(!cpu_all.ok || cpu_all.split > 0, "%s: --moe-cpu split no layer", path);
         snprintf(what, sizeof what, "%s/moe-cpu", qn);
         if (!four_bit)

@@ -70,10 +70,14 @@ static const char USAGE[] =
     "                        token instead of copying them (0: none; default: as many as\n"
     "                        this CPU's measured speed makes fastest)\n"
     "  --moe-cpu N           keep every routed expert of the first N mixture-of-experts layers\n"
-    "                        in host memory (the CPU runs a token's picks among them, prompts\n"
-    "                        stream them), as llama.cpp's --n-cpu-moe; default 0: the plan\n"
+    "                        in host memory (decode runs a token's picks among them as\n"
+    "                        --moe-host says, prompts stream them), as llama.cpp's\n"
+    "                        --n-cpu-moe; default 0: the plan\n"
     "                        keeps as many experts on the GPU as --vram holds, the rest on\n"
     "                        the host; more than the model's expert layers: all of them\n"
+    "  --moe-host WHO        who runs a token's picks among the experts in host memory for\n"
+    "                        decode: gpu (read over PCIe where they lie), cpu, or auto\n"
+    "                        (default: the faster at this machine's measured rates)\n"
     "  --dry-run             print where each layer would live under --vram (resident on the\n"
     "                        GPU, streamed from host memory, or computed by the CPU; of an\n"
     "                        expert layer, how many experts on each) and exit;\n"
@@ -248,6 +252,7 @@ static int print_plan(const char *path, const engine_model_params *mp, const eng
     pp.quant = mp->quant;
     pp.min_layers_streamed = mp->min_layers_streamed;
     pp.moe_cpu = mp->moe_cpu;
+    pp.moe_host = mp->moe_host;
     plan_bandwidths(&pp, mp, gpu);
     engine_plan *plan = NULL;
     engine_status st = engine_plan_create(m, &pp, &plan, err, sizeof err);
@@ -454,6 +459,17 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--ctx") && v && !strcmp(v, "max")) {
             i++;
             sp.n_ctx = ENGINE_CTX_MAX;
+        } else if (!strcmp(a, "--moe-host")) {
+            NEED_VALUE();
+            const int h = !strcmp(v, "auto") ? ENGINE_MOE_HOST_AUTO
+                          : !strcmp(v, "cpu") ? ENGINE_MOE_HOST_CPU
+                          : !strcmp(v, "gpu") ? ENGINE_MOE_HOST_GPU
+                                              : -1;
+            if (h < 0) {
+                fprintf(stderr, "infer: bad value '%s' for --moe-host (auto, cpu or gpu)\n", v);
+                return 2;
+            }
+            mp.moe_host = h;
         } else if (!strcmp(a, "--kv")) {
             NEED_VALUE();
             const int t = engine_kv_type_parse(v);

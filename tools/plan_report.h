@@ -84,11 +84,11 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
     fprintf(f, "plan for %s%s%s%s: %d layers, context %d tokens, budget %s\n", model, t->gpu_name[0] ? " (GPU: " : "",
             t->gpu_name, t->gpu_name[0] ? ")" : "", t->n_layers, t->n_ctx, engine_format_bytes(t->budget, a, sizeof a));
     /* An MoE model's rows add its experts: on the device / in host memory, and what a token's picks read of
-     * them on the device / on the CPU. */
+     * them on the device / in host memory (on the CPU, or read by the GPU over PCIe: experts_host_gpu). */
     const int moe = t->n_expert_layers > 0;
     fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s", "part", "format", "weights", "placement", "KV cache",
             "moved/token");
-    fprintf(f, moe ? "  %16s  %23s\n" : "\n", "experts dev/host", "top-k read: device/CPU");
+    fprintf(f, moe ? "  %16s  %23s\n" : "\n", "experts dev/host", "top-k read: device/host");
     for (size_t i = 0; i < engine_plan_n_entries(plan); i++) {
         const engine_plan_entry *r = engine_plan_entry_at(plan, i);
         fprintf(f, "  %-12s %-10s %12s  %-9s %12s %14s", report_part(r, a, sizeof a), r->format,
@@ -151,17 +151,22 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
             dev += dv, cpu += cv;
         }
         char on_host[128] = "";
-        if (cpu > 0 && t->host_gbps > 0)
+        if (cpu > 0 && t->experts_host_gpu)
+            snprintf(on_host, sizeof on_host, ", %s in host memory, read by the GPU over PCIe at %.1f GB/s",
+                     engine_format_bytes(cpu, b, sizeof b), t->pcie_gbps);
+        else if (cpu > 0 && t->host_gbps > 0)
             snprintf(on_host, sizeof on_host, ", %s on the CPU at %.1f GB/s", engine_format_bytes(cpu, b, sizeof b),
                      t->host_gbps);
         else if (cpu > 0)
             snprintf(on_host, sizeof on_host, ", %s on the CPU (priced at the PCIe rate, the CPU's own not measured)",
                      engine_format_bytes(cpu, b, sizeof b));
-        fprintf(f, "  experts: %d layer%s of %d, %d run a token: %d on the device, %d in host memory (the CPU runs "
+        fprintf(f, "  experts: %d layer%s of %d, %d run a token: %d on the device, %d in host memory (%s "
                    "a token's picks there for decode, prompts stream them; a streamed layer moves all its own); a "
                    "token's picks read %s on the device%s\n",
                 t->n_expert_layers, t->n_expert_layers == 1 ? "" : "s", t->n_experts, t->n_experts_used,
-                t->n_experts_resident, t->n_experts_host, engine_format_bytes(dev, a, sizeof a), on_host);
+                t->n_experts_resident, t->n_experts_host,
+                t->experts_host_gpu ? "the GPU reads over PCIe" : "the CPU runs", engine_format_bytes(dev, a, sizeof a),
+                on_host);
     }
     char on_cpu[64] = "";
     if (t->host_per_token > 0)
@@ -229,7 +234,7 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             "\"pcie_source\":\"%s\",\"shared_gbps\":%.2f,\"kv_type\":\"%s\",\"kv_auto\":%s,"
             "\"kv_bytes_per_token\":%llu,\"full_ctx_tokens_per_second\":%.3f,\"n_batch\":%d,"
             "\"kv_window_layers\":%d,\"kv_ring_rows\":%d,\"n_expert_layers\":%d,\"n_experts\":%d,"
-            "\"n_experts_used\":%d,\"n_experts_resident\":%d,\"n_experts_host\":%d,"
+            "\"n_experts_used\":%d,\"n_experts_resident\":%d,\"n_experts_host\":%d,\"experts_host_gpu\":%s,"
             "\"max_ctx_by_kv\":{\"f32\":%d,\"f16\":%d,\"bf16\":%d,\"int8\":%d,\"fp8\":%d},\"gpu\":",
             (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
             (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
@@ -241,7 +246,8 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             report_source_key(t->hbm_source), report_source_key(t->pcie_source), t->shared_gbps,
             engine_kv_type_name(t->kv_type), t->kv_auto ? "true" : "false", (unsigned long long)t->kv_bytes_per_token,
             t->full_ctx_tokens_per_second, t->n_batch, t->kv_window_layers, t->kv_ring_rows, t->n_expert_layers,
-            t->n_experts, t->n_experts_used, t->n_experts_resident, t->n_experts_host, t->max_ctx_by_kv[ENGINE_KV_F32],
+            t->n_experts, t->n_experts_used, t->n_experts_resident, t->n_experts_host,
+            t->experts_host_gpu ? "true" : "false", t->max_ctx_by_kv[ENGINE_KV_F32],
             t->max_ctx_by_kv[ENGINE_KV_F16], t->max_ctx_by_kv[ENGINE_KV_BF16], t->max_ctx_by_kv[ENGINE_KV_INT8],
             t->max_ctx_by_kv[ENGINE_KV_FP8]);
     cli_json_string(f, t->gpu_name, strlen(t->gpu_name));

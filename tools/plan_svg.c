@@ -305,7 +305,8 @@ static double draw_title(svg *s, double y, const engine_plan_totals *t, const ch
         lab_int(&l, "totals.n_experts_resident", t->n_experts_resident);
         lab_text(&l, " on the GPU, ");
         lab_int(&l, "totals.n_experts_host", t->n_experts_host);
-        lab_textf(&l, " in host memory (the CPU runs a token's picks there); %d a token of each layer's ",
+        lab_textf(&l, " in host memory (%s); %d a token of each layer's ",
+                  t->experts_host_gpu ? "GPU reads picks over PCIe" : "the CPU runs a token's picks there",
                   t->n_experts_used);
         lab_int(&l, "totals.n_experts", t->n_experts);
         svg_label(s, LEFT, y, &S_TEXT, A_START, &l);
@@ -423,7 +424,8 @@ static double draw_token(svg *s, double y, const engine_plan_totals *t)
     lab_text(&l, " at ");
     lab_real(&l, "totals.pcie_gbps", t->pcie_gbps, "%.2f", "%.1f GB/s");
     lab_textf(&l, ": %.2f ms", ms_pcie);
-    time_bar(s, y, "copied over PCIe", ms_pcie, scale, C_STREAMED, NULL, &l);
+    time_bar(s, y, t->experts_host_gpu && t->n_experts_host > 0 ? "over PCIe (copies, expert reads)" : "copied over PCIe",
+             ms_pcie, scale, C_STREAMED, NULL, &l);
     y += 21;
     if (on_cpu) {
         l = (label){.len = 0};

@@ -216,7 +216,7 @@ static int moe_decode(cuda_session *cs, const engine_session *s, int l, uint32_t
     TRY(launch_moe_route(lc, cs->moe_logits, nr, 1, E, k, moe_renorm(m), cs->moe_ids, cs->moe_w));
     /* A split layer: the CPU runs the choices of the experts in host memory first, into their rows of
      * moe_out; the device's products below skip those choices (GEMV_EXPERT_ABSENT in ex_table). */
-    if (D->ex_resident < E)
+    if (D->ex_resident < E && !D->ex_host_gpu)
         TRY(host_experts(cs->host, lc, l, D->ex_resident, cs->x, cs->moe_ids, cs->moe_out));
     /* Choice j's gated hidden state at moe_gu + j * F, its output at moe_out + j * dim. */
     gemv_args gu = {.y = cs->moe_gu, .rows = 2 * F, .cols = dim, .in = in, .x = cs->x, .norm = D->ffn_norm,
@@ -228,7 +228,7 @@ static int moe_decode(cuda_session *cs, const engine_session *s, int l, uint32_t
                       .experts = D->ex_table + E, .expert_base = D->ex_base, .expert_ids = cs->moe_ids, .n_choices = k,
                       .x_stride = F, .y_stride = dim};
     set_mat(&down, &D->ex_down);
-    if (D->ex_resident > 0) { /* none on the device (--moe-cpu): the host did them all */
+    if (D->ex_resident > 0 || D->ex_host_gpu) { /* none on the device (--moe-cpu): the host did them all */
         TRY(launch_gemv(lc, &gu));
         TRY(launch_gemv(lc, &down));
     }

@@ -594,6 +594,52 @@ static engine_status split_slot(cuda_model *cm, const engine_model *m, int l, cu
     return st;
 }
 
+
+/*
+ * The split layers' host experts in pinned mapped host memory, laid out as
+ * in their slot (stream_expert_image), and each split layer's device table
+ * pointing its host experts there: decode's products read them over PCIe
+ * like resident ones, and the CPU runs none. A table entry is an offset
+ * from the layer's base, so a host expert's is its slot offset plus the
+ * distance from that base to the layer's part of the image (modulo 2^64,
+ * as the product adds it).
+ */
+static engine_status expert_image(cuda_model *cm, const engine_model *m, err_buf *e)
+{
+    stream_model *sm = cm->sm;
+    engine_status st = stream_expert_image(sm, m->n_threads, e);
+    char *dev = NULL;
+    if (!st && cudaHostGetDevicePointer((void **)&dev, sm->ex_image, 0) != cudaSuccess)
+        st = err_set(e, ENGINE_ERR_CUDA, "CUDA: host experts' memory has no device address");
+    const int E = m->cfg.n_experts;
+    const size_t tb = 2 * (size_t)E * sizeof(gemv_expert);
+    gemv_expert *t = st ? NULL : malloc(tb);
+    if (!st && !t)
+        st = err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int l = 0; !st && l < m->cfg.n_layers; l++) {
+        cuda_layer *D = &cm->layers[l];
+        const int si = sm->index[l];
+        if (si < 0 || !sm->split[si])
+            continue;
+        const gemv_expert *offs = cm->ex_offs + (size_t)l * 2 * E;
+        const uint64_t delta = (uint64_t)(uintptr_t)(dev + sm->ex_image_at[si]) - (uint64_t)(uintptr_t)D->ex_base;
+        for (int x = 0; x < E; x++)
+            for (int d = 0; d < 2; d++) {
+                gemv_expert g = offs[2 * x + d];
+                if (x >= D->ex_resident) {
+                    g.w += delta, g.scales += delta, g.code += delta;
+                    g.am_q += delta, g.am_s2 += delta, g.am_code += delta;
+                }
+                t[(size_t)d * E + x] = g;
+            }
+        if (cudaMemcpy((void *)D->ex_table, t, tb, cudaMemcpyHostToDevice) != cudaSuccess)
+            st = err_set(e, ENGINE_ERR_CUDA, "CUDA: the host experts' table: %s", cudaGetErrorString(cudaGetLastError()));
+        D->ex_host_gpu = true;
+    }
+    free(t);
+    return st;
+}
+
 /*
  * Lay out every resident weight at base (and with up, upload it); with rec,
  * record the streamed layers' copies. Every part (embeddings, head, a
@@ -674,6 +720,7 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         const int from = split ? sm->ex_from[l] : c->n_experts;
         D->ex_resident = L->experts ? from : 0;
         D->ex_slot = NULL;
+        D->ex_host_gpu = false;
         if (si >= 0 && !split) {
             /* Its matrices go to a slot at offsets from 0 (sized by stream_model_open): recorded, not uploaded. */
             sink to_slot = {NULL, rec};
@@ -790,6 +837,7 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
     pp.cuda_context_bytes = cm->reserve;
     pp.min_layers_streamed = m->min_streamed;
     pp.moe_cpu = m->moe_cpu;
+    pp.moe_host = m->moe_host;
     cuda_plan_bandwidths(&pp, m, plan_budget - cm->reserve); /* this device's, measured (measure.c) */
     char msg[ERR_MSG_MAX] = "";
     engine_status st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
@@ -931,6 +979,8 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
         trace_span(m->trace, m->trace_tid, "upload", "load", up_t0, trace_now(m->trace) - up_t0);
     if (!st && cm->sm && cm->sm->emb_host)
         st = stream_emb_pointer(cm->sm, &m->tok_emb, &cm->tok_emb, e);
+    if (!st && cm->sm && cm->sm->n_split > 0 && engine_plan_get_totals(cm->plan)->experts_host_gpu)
+        st = expert_image(cm, m, e);
     if (!st && (ce = cudaGetLastError()) != cudaSuccess)
         st = err_set(e, ENGINE_ERR_CUDA, "weight upload: %s", cudaGetErrorString(ce));
     if (st) {

@@ -69,6 +69,9 @@ typedef struct cuda_layer {
                          CPU computes them (host_experts), a prompt copies them to
                          ex_slot, where ex_off[2e..] counts from for e >= ex_resident */
     char *ex_slot;    /* set per pass kind by the streaming (stream.c's set_kind) */
+    bool ex_host_gpu; /* its experts from ex_resident on are read by decode's products
+                         from host memory over PCIe (ex_table points there), not
+                         run by the CPU */
     cuda_mat sh_gu;   /* the shared expert's [2*shared_ffn, dim], or w NULL  */
     cuda_mat sh_down; /* [dim, shared_ffn]                                   */
 } cuda_layer;

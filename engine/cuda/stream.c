@@ -193,6 +193,44 @@ engine_status stream_emb_pointer(stream_model *sm, const k_weight *emb, void **d
                              : err_set(e, ENGINE_ERR_CUDA, "embeddings in host memory: %s", cudaGetErrorString(ce));
 }
 
+engine_status stream_expert_image(stream_model *sm, int n_threads, err_buf *e)
+{
+    sm->ex_image_at = calloc((size_t)sm->n_units + 1, sizeof *sm->ex_image_at);
+    if (!sm->ex_image_at)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    uint64_t total = 0;
+    for (int i = 0; i < sm->n_units; i++) {
+        if (!sm->split[i])
+            continue;
+        uint64_t end = 0;
+        for (int k = sm->first[i]; k < sm->first[i + 1]; k++)
+            if (sm->copies[k].dst + sm->copies[k].bytes > end)
+                end = sm->copies[k].dst + sm->copies[k].bytes;
+        sm->ex_image_at[i] = total;
+        total += (end + 255) & ~(uint64_t)255;
+    }
+    if (total == 0)
+        return ENGINE_OK;
+    const cudaError_t ce = cudaHostAlloc((void **)&sm->ex_image, total, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (ce != cudaSuccess) {
+        sm->ex_image = NULL;
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "pinning %.1f MiB of host memory for host experts: %s",
+                       total / 1048576.0, cudaGetErrorString(ce));
+    }
+    sm->ex_image_bytes = total;
+    sm->pinned += total;
+    /* Copies of several MiB each (an expert's matrices): one thread a copy. */
+#pragma omp parallel for num_threads(n_threads > 0 ? n_threads : 1) schedule(dynamic, 1)
+    for (int k = 0; k < sm->n_copies; k++) {
+        int i = 0;
+        while (sm->first[i + 1] <= k)
+            i++;
+        if (sm->split[i])
+            memcpy(sm->ex_image + sm->ex_image_at[i] + sm->copies[k].dst, sm->copies[k].src, sm->copies[k].bytes);
+    }
+    return ENGINE_OK;
+}
+
 void stream_model_free(stream_model *sm)
 {
     if (!sm)
@@ -203,6 +241,9 @@ void stream_model_free(stream_model *sm)
         cudaFreeHost(sm->image);
     if (sm->emb_copy)
         cudaFreeHost(sm->emb_copy);
+    if (sm->ex_image)
+        cudaFreeHost(sm->ex_image);
+    free(sm->ex_image_at);
     free(sm->index);
     free(sm->layer_of);
     free(sm->hosted);

@@ -77,6 +77,12 @@ typedef struct stream_model {
     void *emb_copy;       /* mapped pinned copy of the embedding table, when its file was not registered */
     bool emb_host;        /* the embedding table stays in host memory            */
     uint64_t pinned;      /* host bytes pinned in all                            */
+    char *ex_image;       /* the split layers' host experts laid out as in their
+                             slot, in pinned mapped memory, read by the GPU's
+                             decode products over PCIe (stream_expert_image);
+                             NULL: the CPU runs decode's host experts          */
+    uint64_t *ex_image_at;/* [n_units] a split unit's place in ex_image        */
+    uint64_t ex_image_bytes;
 } stream_model;
 
 /* ---- model side (model_cuda.c) ---- */
@@ -92,6 +98,13 @@ void stream_model_free(stream_model *sm);
 bool stream_pinned(const stream_model *sm, const void *p, uint64_t bytes);
 /* Append a copy to streamed layer i (adjacent copies merge); false when out of memory. */
 bool stream_add_copy(stream_model *sm, int i, uint64_t dst, const void *src, uint64_t bytes);
+/*
+ * Lay the split units' host experts out in pinned, mapped host memory as
+ * their slot holds them (their recorded copies replayed on the host, with
+ * n_threads): decode's products then read them over PCIe where they are,
+ * and no CPU runs them. After the weights are placed (the copies final).
+ */
+engine_status stream_expert_image(stream_model *sm, int n_threads, err_buf *e);
 /* A device pointer to the embedding table in host memory (mapped). */
 engine_status stream_emb_pointer(stream_model *sm, const k_weight *emb, void **dev, err_buf *e);
 
