@@ -80,9 +80,8 @@ typedef struct plan_in {
     int n_experts, n_used; /* experts an expert layer, of which a token runs */
     int n_ex_layers;       /* expert layers                                  */
     int moe_cpu;           /* the first this many expert layers keep no expert resident */
-    double ex_cpu_share;   /* of a resident layer's experts in host memory, the share decode runs on the CPU
-                              (the last of them); the GPU reads the others over PCIe at the same time
-                              (engine_moe_host)                                                          */
+    bool ex_gpu;           /* resident layers' host experts read by the GPU over PCIe for decode, not run by
+                              the CPU (engine_moe_host)                                                   */
 } plan_in;
 
 typedef struct plan_state {
@@ -162,34 +161,12 @@ static uint64_t expert_bytes(const plan_in *in, int i)
     return in->n_experts > 0 ? in->experts[i] / (uint64_t)in->n_experts : 0;
 }
 
-/* Of off experts in host memory, how many the CPU runs (the last ones; the GPU reads the others at the same
- * time): sharing, the count next to off * share that finishes first. */
-static int ex_cpu_count(const plan_in *in, int off)
-{
-    if (in->ex_cpu_share <= 0.0 || in->ex_cpu_share >= 1.0)
-        return in->ex_cpu_share >= 1.0 ? off : 0;
-    const int lo = (int)(off * in->ex_cpu_share), hi = lo < off ? lo + 1 : lo;
-    const double t_lo = fmax(lo / in->host, (off - lo) / in->pcie), t_hi = fmax(hi / in->host, (off - hi) / in->pcie);
-    return t_hi < t_lo ? hi : lo;
-}
-
-/* A token's bytes of layer i's host experts (ex_cpu_read) split into the CPU's and the GPU's. */
-static void ex_parts(const plan_in *in, int i, int r, uint64_t *cpu, uint64_t *gpu);
-
-/* The bytes of layer i's experts a token reads in host memory when r are resident: k picks, (E - r) / E of them there. */
+/* The bytes of layer i's experts the CPU reads a token when r are resident: k picks, (E - r) / E of them there. */
 static uint64_t ex_cpu_read(const plan_in *in, int i, int r)
 {
     if (in->experts[i] == 0)
         return 0;
     return expert_bytes(in, i) * (uint64_t)in->n_used * (uint64_t)(in->n_experts - r) / (uint64_t)in->n_experts;
-}
-
-static void ex_parts(const plan_in *in, int i, int r, uint64_t *cpu, uint64_t *gpu)
-{
-    const uint64_t all = ex_cpu_read(in, i, r);
-    const int off = in->experts[i] > 0 ? in->n_experts - r : 0, nc = ex_cpu_count(in, off);
-    *cpu = off > 0 ? all * (uint64_t)nc / (uint64_t)off : 0;
-    *gpu = all - *cpu;
 }
 
 /*
@@ -214,12 +191,9 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
     /* per item: bytes, on the CPU or not, the copy it needs (-1 none); per copy: bytes and its item */
     uint64_t *bytes = malloc((size_t)cap * sizeof *bytes), *cbytes = malloc((size_t)cap * sizeof *cbytes);
     int *need = malloc((size_t)cap * sizeof *need), *citem = malloc((size_t)cap * sizeof *citem);
-    /* 0: the GPU from its memory, 1: the CPU, 2: the GPU over PCIe, 3: both of the last two at once (cpart the
-     * CPU's bytes) */
-    char *cpu = malloc((size_t)cap * sizeof *cpu);
-    uint64_t *cpart = malloc((size_t)cap * sizeof *cpart);
+    char *cpu = malloc((size_t)cap * sizeof *cpu); /* 0: the GPU from its memory, 1: the CPU, 2: the GPU over PCIe */
     double t = -1.0;
-    if (!bytes || !cbytes || !need || !citem || !cpu || !cpart)
+    if (!bytes || !cbytes || !need || !citem || !cpu)
         goto out;
     int nc = 0, items = 0;
     ex_walk w;
@@ -240,10 +214,7 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
         }
         items++;
         if (ex_cpu > 0) {
-            uint64_t on_cpu, on_gpu;
-            ex_parts(in, i, r, &on_cpu, &on_gpu);
-            cpu[items] = on_gpu == 0 ? 1 : on_cpu == 0 ? 2 : 3, bytes[items] = ex_cpu, need[items] = -1;
-            cpart[items] = on_cpu;
+            cpu[items] = in->ex_gpu ? 2 : 1, bytes[items] = ex_cpu, need[items] = -1;
             items++;
         }
     }
@@ -275,13 +246,9 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
             break;
         /* The CPU and the copies share host memory; reads over PCIe and the copies share PCIe. */
         const bool both = copy >= 0 && active;
-        const double share = both && cpu[item] == 1 ? f : both && cpu[item] >= 2 ? 0.5 : 1.0;
+        const double share = both && cpu[item] == 1 ? f : both && cpu[item] == 2 ? 0.5 : 1.0;
         const double rc = in->pcie * share;
-        double ri = cpu[item] == 1 ? in->host * share : cpu[item] >= 2 ? in->pcie * share : in->hbm;
-        if (cpu[item] == 3) { /* the CPU's part and the PCIe reads side by side: the longer of the two */
-            const double tc = cpart[item] / (in->host * (both ? f : 1.0)), tg = (bytes[item] - cpart[item]) / ri;
-            ri = bytes[item] / (tc > tg ? tc : tg);
-        }
+        const double ri = cpu[item] == 1 ? in->host * share : cpu[item] == 2 ? in->pcie * share : in->hbm;
         double dt = copy >= 0 ? crem / rc : INFINITY;
         if (active && irem / ri < dt)
             dt = irem / ri;
@@ -296,7 +263,7 @@ static double simulate_step(const plan_in *in, const plan_state *s, uint64_t slo
         }
     }
 out:
-    free(bytes), free(cbytes), free(need), free(citem), free(cpu), free(cpart);
+    free(bytes), free(cbytes), free(need), free(citem), free(cpu);
     return t;
 }
 
@@ -343,14 +310,14 @@ static void size_state(const plan_in *in, plan_state *s, uint64_t *slot_out)
             /* Its experts past the r resident: the CPU runs a token's picks among them, prompts stream them
              * all through the slots. */
             const int off = in->experts[i] > 0 ? in->n_experts - r : 0;
-            const uint64_t off_bytes = (uint64_t)off * expert_bytes(in, i);
-            uint64_t on_cpu, on_gpu;
-            ex_parts(in, i, r, &on_cpu, &on_gpu);
+            const uint64_t off_bytes = (uint64_t)off * expert_bytes(in, i), cpu = ex_cpu_read(in, i, r);
             s->x_host += off;
             s->resident += in->layer[i] - off_bytes;
-            s->read += in->read[i] - on_cpu - on_gpu;
-            hosted += on_cpu;
-            ex_moved += on_gpu;
+            s->read += in->read[i] - cpu;
+            if (in->ex_gpu)
+                ex_moved += cpu;
+            else
+                hosted += cpu;
             ex_host += off_bytes;
             if (off_bytes > slot)
                 slot = off_bytes;
@@ -596,11 +563,8 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->n_experts = in->n_ex_layers > 0 ? c->n_experts : 0;
     in->n_used = in->n_ex_layers > 0 ? c->n_experts_used : 0;
     in->moe_cpu = p->moe_cpu < in->n_ex_layers ? p->moe_cpu : in->n_ex_layers;
-    /* AUTO: both at once, in proportion to their rates, where the CPU's is measured; else the GPU alone. */
-    in->ex_cpu_share = p->moe_host == ENGINE_MOE_HOST_CPU   ? 1.0
-                       : p->moe_host == ENGINE_MOE_HOST_GPU ? 0.0
-                       : p->host_gbps > 0                   ? p->host_gbps * 1e9 / (p->host_gbps * 1e9 + in->pcie)
-                                                            : 0.0;
+    in->ex_gpu = p->moe_host == ENGINE_MOE_HOST_GPU ||
+                 (p->moe_host == ENGINE_MOE_HOST_AUTO && !(p->host_gbps > 0 && p->host_gbps * 1e9 > in->pcie));
 }
 
 /* ---------------------------------------------------------------- KV type */
@@ -826,7 +790,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->n_layers_streamed = chosen.k;
     t->n_layers_host = chosen.fits ? chosen.h : 0;
     t->host_per_token = chosen.fits ? chosen.hosted : 0;
-    t->experts_host_gpu = in.ex_cpu_share < 1.0;
+    t->experts_host_gpu = in.ex_gpu;
     t->host_gbps = p.host_gbps;
     t->weights_resident = chosen.resident;
     t->weights_streamed = chosen.streamed;
@@ -877,10 +841,8 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
                                        host ? ENGINE_PLACE_HOST : str ? ENGINE_PLACE_STREAMED : ENGINE_PLACE_RESIDENT,
                                        plan_kv_layer_bytes(c, run.kv, l, n_ctx, t->n_batch),
                                        str && !host ? w.layer_mats[l] : 0, n_ex, x, expert_bytes(&in, l)};
-        r[1 + l].experts_cpu = str ? 0 : ex_cpu_count(&in, n_ex - x);
         t->n_experts_resident += x;
         t->n_experts_host += n_ex - x;
-        t->n_experts_cpu += r[1 + l].experts_cpu;
     }
     const k_weight *head_w = in.tied ? &m->tok_emb : &m->lm_head;
     r[1 + c->n_layers] = (engine_plan_entry){ENGINE_PLAN_OUTPUT, -1, plan_format_label(head_w, ENGINE_QUANT_NONE,

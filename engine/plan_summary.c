@@ -129,26 +129,19 @@ void plan_write_summary(engine_plan *p, const plan_placed *chosen, const plan_pl
                  t->n_experts_host + t->n_experts_resident);
     int len;
     if (chosen->k == 0 && !chosen->head_streamed && chosen->x_host > 0) { /* experts (and maybe the embeddings) */
-        /* Who runs a token's picks among them: the GPU over PCIe, the CPU, or both side by side. */
-        char cpu[64] = "priced at the PCIe rate, the CPU's own not measured", who[256];
-        if (t->host_gbps > 0)
+        char cpu[64] = "priced at the PCIe rate, the CPU's own not measured";
+        if (t->experts_host_gpu)
+            snprintf(cpu, sizeof cpu, "at %.1f GB/s", t->pcie_gbps);
+        else if (t->host_gbps > 0)
             snprintf(cpu, sizeof cpu, "at %.1f GB/s", t->host_gbps);
-        const int on_gpu = t->experts_host_gpu ? t->n_experts_host - t->n_experts_cpu : 0;
-        if (on_gpu > 0 && t->n_experts_cpu > 0)
-            snprintf(who, sizeof who, "for decode the GPU reads a token's picks among %d of them over PCIe (%s a token, "
-                     "at %.1f GB/s) while the CPU runs those among the other %d (%s a token, %s)", on_gpu,
-                     H(0, t->streamed_per_token), t->pcie_gbps, t->n_experts_cpu, H(2, t->host_per_token), cpu);
-        else if (on_gpu > 0)
-            snprintf(who, sizeof who, "the GPU reads a token's picks among them over PCIe for decode (%s a token, at "
-                     "%.1f GB/s)", H(0, t->streamed_per_token), t->pcie_gbps);
-        else
-            snprintf(who, sizeof who, "the CPU runs a token's picks among them for decode (%s a token, %s)",
-                     H(0, t->host_per_token), cpu);
-        len = snprintf(s, n, "keeps %d of %d experts resident, %d in host memory%s: %s, prompts stream them; decode "
-                             "bound %.1f tok/s (all resident: %.1f tok/s in %s)",
+        len = snprintf(s, n, "keeps %d of %d experts resident, %d in host memory%s: %s a token's picks "
+                             "among them%s for decode (%s a token, %s), prompts stream them; decode bound %.1f tok/s "
+                             "(all resident: %.1f tok/s in %s)",
                        t->n_experts_resident, t->n_experts_resident + t->n_experts_host, t->n_experts_host,
-                       chosen->emb_host ? ", embeddings on the host" : "", who, t->tokens_per_second,
-                       t->resident_tokens_per_second, H(1, t->all_resident));
+                       chosen->emb_host ? ", embeddings on the host" : "",
+                       t->experts_host_gpu ? "the GPU reads" : "the CPU runs", t->experts_host_gpu ? " over PCIe" : "",
+                       H(0, t->experts_host_gpu ? t->streamed_per_token : t->host_per_token), cpu,
+                       t->tokens_per_second, t->resident_tokens_per_second, H(1, t->all_resident));
     } else {
         len = snprintf(s, n, "streams %d of %d layers%s%s%s%s: %s per token over PCIe, decode bound %.1f tok/s "
                              "(all resident: %.1f tok/s in %s)",

@@ -191,9 +191,7 @@ typedef struct engine_model_params {
  * whose expert products read them over PCIe where they lie (a pinned
  * host copy laid out as the device lays out experts, so about their size
  * in host memory is pinned on top of the mapped file), at the PCIe rate.
- * AUTO gives each layer's host experts to both, in proportion to the two
- * rates, the CPU running its share while the GPU reads the rest (the GPU
- * alone while the CPU's rate is not measured).
+ * AUTO takes the GPU unless the CPU's rate is the higher.
  */
 typedef enum engine_moe_host {
     ENGINE_MOE_HOST_AUTO = 0,
@@ -576,9 +574,8 @@ typedef struct engine_plan_params {
                                          memory (as engine_model_params.moe_cpu); 0 = as the budget
                                          decides (default); more than the expert layers = all       */
     int moe_host;                     /* engine_moe_host: who runs decode's routed experts in host
-                                         memory (AUTO: the CPU and the GPU over PCIe side by side,
-                                         shared by host_gbps and pcie_gbps; the GPU alone without
-                                         host_gbps)                                                  */
+                                         memory (AUTO: the GPU over PCIe unless host_gbps is the
+                                         higher rate)                                                */
 } engine_plan_params;
 
 /* One row of the plan: the embeddings, each layer in order, the output head. */
@@ -602,9 +599,6 @@ typedef struct engine_plan_entry {
                                     whose experts all go with it                                    */
     uint64_t expert_bytes;       /* one routed expert's device bytes (its gate/up and down, each
                                     padded as laid out); weight_bytes stays the whole layer's       */
-    int experts_cpu;             /* of a RESIDENT layer's experts in host memory, how many decode
-                                    runs on the CPU: the last ones (n_experts - experts_cpu on);
-                                    the GPU reads the others over PCIe at the same time           */
 } engine_plan_entry;
 
 typedef struct engine_plan_totals {
@@ -664,11 +658,8 @@ typedef struct engine_plan_totals {
     int n_experts_host;          /* routed experts in host memory, summed over the layers (those of
                                     streamed and hosted layers included)                            */
     int experts_host_gpu;        /* 1: decode's GPU reads a token's picks among the host experts of
-                                    resident layers over PCIe (counted in streamed_per_token), all
-                                    but n_experts_cpu of them; 0: the CPU runs them all
-                                    (host_per_token)                                                */
-    int n_experts_cpu;           /* of the host experts of resident layers, those the CPU runs for
-                                    decode (the entries' experts_cpu summed)                       */
+                                    resident layers over PCIe (counted in streamed_per_token); 0:
+                                    the CPU runs them (host_per_token)                              */
 } engine_plan_totals;
 
 /* The same plan with the layers quantized to another format (as --quant would). */

@@ -36,31 +36,6 @@ static const engine_plan_entry *layer_row(const engine_plan *p, int l)
     return engine_plan_entry_at(p, 1 + (size_t)l);
 }
 
-/*
- * The decode bound of a plan whose only host bytes are experts of resident layers, at host_rate for the CPU's
- * and 54.7 GB/s for the GPU's reads over PCIe: HBM for the device's bytes, then each layer's two parts side by
- * side (the GPU's alone: all of them, the embedding row too, at the PCIe rate).
- */
-static double split_bound(const engine_plan *p, const moe_shape *s, engine_quant q, double host_rate)
-{
-    const engine_plan_totals *t = engine_plan_get_totals(p);
-    if (t->host_per_token == 0)
-        return 1.0 / (t->read_per_token / 3000e9 + t->streamed_per_token / 54.7e9);
-    const int E = s->n_experts, k = s->n_used;
-    const uint64_t eb = expert_dev_bytes(s, q);
-    double sec = t->read_per_token / 3000e9;
-    for (int l = 0; l < s->base.n_layers; l++) {
-        const engine_plan_entry *r = engine_plan_entry_at(p, 1 + (size_t)l);
-        const int off = E - r->experts_resident;
-        if (off == 0)
-            continue;
-        const uint64_t picks = eb * (uint64_t)k * (uint64_t)off / (uint64_t)E;
-        const uint64_t cpu = picks * (uint64_t)r->experts_cpu / (uint64_t)off;
-        sec += fmax(cpu / host_rate, (picks - cpu) / 54.7e9);
-    }
-    return 1.0 / sec;
-}
-
 /* What every plan of an MoE shape must satisfy, whatever the budget. */
 static void check_invariants(const engine_plan *p, const moe_shape *s, engine_quant q, int moe_cpu, const char *what)
 {
@@ -69,8 +44,7 @@ static void check_invariants(const engine_plan *p, const moe_shape *s, engine_qu
     const uint64_t eb = expert_dev_bytes(s, q);
     CHECK(t->n_expert_layers == L && t->n_experts == E && t->n_experts_used == k);
     int sum = 0, lo = E, hi = 0, prev = E, mcpu = moe_cpu < L ? moe_cpu : L;
-    uint64_t cpu = 0, slot = 0, host_bytes = 0, on_cpu = 0;
-    int n_cpu = 0;
+    uint64_t cpu = 0, slot = 0, host_bytes = 0;
     for (int l = 0; l < L; l++) {
         const engine_plan_entry *r = layer_row(p, l);
         CHECK_MSG(r->n_experts == E && r->expert_bytes == eb, "%s layer %d: %d experts of %llu bytes, want %llu", what,
@@ -91,15 +65,7 @@ static void check_invariants(const engine_plan *p, const moe_shape *s, engine_qu
             prev = r->experts_resident;
         }
         const uint64_t off = (uint64_t)(E - r->experts_resident) * eb;
-        const uint64_t picks = eb * (uint64_t)k * (uint64_t)(E - r->experts_resident) / (uint64_t)E;
-        cpu += picks;
-        /* The CPU runs the last experts_cpu of them, its share of the picks' bytes (the GPU reads the rest). */
-        CHECK_MSG(r->experts_cpu >= 0 && r->experts_cpu <= E - r->experts_resident &&
-                      (r->placement == ENGINE_PLACE_RESIDENT || r->experts_cpu == 0),
-                  "%s layer %d: %d experts on the CPU", what, l, r->experts_cpu);
-        if (E > r->experts_resident)
-            on_cpu += picks * (uint64_t)r->experts_cpu / (uint64_t)(E - r->experts_resident);
-        n_cpu += r->experts_cpu;
+        cpu += eb * (uint64_t)k * (uint64_t)(E - r->experts_resident) / (uint64_t)E;
         host_bytes += off;
         slot = off > slot ? off : slot;
     }
@@ -113,12 +79,10 @@ static void check_invariants(const engine_plan *p, const moe_shape *s, engine_qu
      * hold the most any layer keeps in host memory (what a prompt streams of it). */
     if (t->fits && t->n_layers_streamed == 0) {
         const uint64_t emb_row = engine_plan_entry_at(p, 0)->bytes_per_token;
-        const uint64_t read = t->streamed_per_token - emb_row + t->host_per_token;
-        CHECK_MSG(read == cpu && t->host_per_token == on_cpu && t->n_experts_cpu == n_cpu &&
-                      (t->experts_host_gpu || t->streamed_per_token == emb_row),
-                  "%s: host experts read %llu a token (%llu by the CPU, want %llu), want %llu", what,
-                  (unsigned long long)read, (unsigned long long)t->host_per_token, (unsigned long long)on_cpu,
-                  (unsigned long long)cpu);
+        const uint64_t read = t->experts_host_gpu ? t->streamed_per_token - emb_row : t->host_per_token;
+        CHECK_MSG(read == cpu && (t->experts_host_gpu ? t->host_per_token == 0 : t->streamed_per_token == emb_row),
+                  "%s: host experts read %llu a token (%s), want %llu", what, (unsigned long long)read,
+                  t->experts_host_gpu ? "GPU" : "CPU", (unsigned long long)cpu);
         CHECK_MSG(t->stream_buffers == (t->n_experts_host > 0 ? 2 * slot : 0), "%s: buffers %llu, want 2 x %llu",
                   what, (unsigned long long)t->stream_buffers, (unsigned long long)slot);
         const uint64_t emb = engine_plan_entry_at(p, 0)->placement == ENGINE_PLACE_STREAMED
@@ -180,14 +144,11 @@ static void test_sweep(const moe_shape *s, engine_quant q, uint64_t step, const 
                       t->tokens_per_second, prev_tps);
             if (t->n_layers_streamed == 0 && t->n_experts_host > 0) {
                 split_plans++;
-                /* A token's picks: the device reads the resident experts' share, the CPU and the GPU over PCIe
-                 * the rest, side by side. */
-                const uint64_t emb_row = engine_plan_entry_at(p, 0)->bytes_per_token;
-                CHECK_MSG(t->read_per_token + t->host_per_token + t->streamed_per_token - emb_row == read_all,
-                          "%s: %llu + %llu + %llu read, want %llu", what, (unsigned long long)t->read_per_token,
-                          (unsigned long long)t->host_per_token, (unsigned long long)(t->streamed_per_token - emb_row),
+                /* A token's picks: the device reads the resident experts' share, the CPU the rest. */
+                CHECK_MSG(t->read_per_token + t->host_per_token == read_all, "%s: %llu + %llu read, want %llu", what,
+                          (unsigned long long)t->read_per_token, (unsigned long long)t->host_per_token,
                           (unsigned long long)read_all);
-                const double want = split_bound(p, s, q, 77e9);
+                const double want = 1.0 / (t->read_per_token / 3000e9 + t->host_per_token / 77e9);
                 CHECK_MSG(fabs(t->tokens_per_second - want) < 1e-9 * want, "%s: bound %.6f, want %.6f", what,
                           t->tokens_per_second, want);
                 CHECK_MSG(strstr(engine_plan_summary(p), "experts resident") != NULL, "%s: %s", what,
@@ -255,15 +216,7 @@ static void test_qwen3_8g(void)
         CHECK_MSG(engine_plan_create(m, &pp, &p, err, sizeof err) == ENGINE_OK && p, "%s", err);
         if (!p)
             return;
-        /* AUTO with the CPU's rate known: both at once, the CPU taking its rate's share of each layer's. */
-        t = engine_plan_get_totals(p);
-        const double share = 80.0 / (80.0 + 54.7);
-        CHECK_MSG(t->experts_host_gpu && fabs(t->n_experts_cpu - share * t->n_experts_host) <= 48,
-                  "AUTO at 80 GB/s: %d of %d host experts on the CPU", t->n_experts_cpu, t->n_experts_host);
-        check_invariants(p, s, ENGINE_QUANT_NF4_DQ, 0, "qwen3 8G, both");
-        const double both = split_bound(p, s, ENGINE_QUANT_NF4_DQ, 80e9);
-        CHECK_MSG(fabs(t->tokens_per_second - both) < 1e-9 * both, "both: bound %.6f, want %.6f",
-                  t->tokens_per_second, both);
+        CHECK(!engine_plan_get_totals(p)->experts_host_gpu);
         pp.moe_host = 3;
         engine_plan *bad = NULL;
         CHECK(engine_plan_create(m, &pp, &bad, err, sizeof err) == ENGINE_ERR_INVALID_ARG && !bad &&
@@ -307,10 +260,7 @@ static void test_moe_cpu(void)
             CHECK(t->all_resident == t0->all_resident && t->resident_tokens_per_second == t0->resident_tokens_per_second);
             CHECK_MSG(t->n_layers_streamed == t0->n_layers_streamed, "%s: %d layers streamed, %d without", what,
                       t->n_layers_streamed, t0->n_layers_streamed);
-            /* No faster than the planner's own spread, but for where whole experts balance the CPU's and the GPU's
-             * parts of a layer better (at most one expert's time a layer). */
-            CHECK_MSG(t->tokens_per_second <= t0->tokens_per_second * 1.02, "%s: %.4f tok/s, %.4f without", what,
-                      t->tokens_per_second, t0->tokens_per_second);
+            CHECK(t->tokens_per_second <= t0->tokens_per_second * (1 + 1e-12));
             if (budgets[b] == 1024 * GiB) /* room for all: every other layer keeps every expert */
                 for (int l = forced; l < L; l++)
                     CHECK(layer_row(p, l)->experts_resident == E);

@@ -75,14 +75,11 @@ typedef struct run {
     int hosted;     /* of which the CPU computes for decode */
     int split;      /* expert layers with experts in host memory */
     int host_gpu;   /* decode's GPU reads their host experts over PCIe (else the CPU runs them) */
-    int ex_cpu, ex_host; /* host experts of resident layers: of them the CPU runs ex_cpu */
     int ok;
 } run;
 
-/* Who runs decode's host experts in the runs that follow (engine_model_params.moe_host), and the PCIe rate
- * they are planned with (0: measured). */
+/* Who runs decode's host experts in the runs that follow (engine_model_params.moe_host). */
 static int moe_host = ENGINE_MOE_HOST_AUTO;
-static double pcie_gbps = 0.0;
 
 static void check_budget(run *r, uint64_t budget, const char *what)
 {
@@ -92,21 +89,6 @@ static void check_budget(run *r, uint64_t budget, const char *what)
     if (budget)
         CHECK_MSG(u <= budget, "%s: %.1f MiB of device memory in use, budget %.1f MiB", what, u / (double)MiB,
                   budget / (double)MiB);
-}
-
-/* This CPU's rate at computing the model's layers (engine_host_layer_rate), GB/s; 1 if it cannot be had. */
-static double host_rate(const char *path, engine_quant q)
-{
-    engine_model_params mp = engine_model_default_params();
-    mp.device = ENGINE_DEVICE_CPU;
-    mp.quant = q;
-    mp.n_threads = 2;
-    engine_model *m = NULL;
-    double gbps = 0.0;
-    if (engine_model_load(path, &mp, &m, NULL, 0) != ENGINE_OK || engine_host_layer_rate(m, &gbps) != ENGINE_OK)
-        gbps = 1.0;
-    engine_model_free(m);
-    return gbps > 0 ? gbps : 1.0;
 }
 
 static void do_run(const char *path, engine_quant q, int min_streamed, int host_layers, uint64_t budget, int moe_cpu,
@@ -124,7 +106,6 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
     mp.vram_budget = budget;
     mp.moe_cpu = moe_cpu;
     mp.moe_host = moe_host;
-    mp.pcie_gbps = pcie_gbps;
     engine_model *m = NULL;
     engine_status st = engine_model_load(path, &mp, &m, err, sizeof err);
     if (st == ENGINE_ERR_UNSUPPORTED && strstr(err, "not yet supported on CUDA")) { /* see the top */
@@ -151,7 +132,6 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
     r->streamed = plan ? engine_plan_get_totals(plan)->n_layers_streamed : -1;
     r->hosted = plan ? engine_plan_get_totals(plan)->n_layers_host : -1;
     r->host_gpu = plan ? engine_plan_get_totals(plan)->experts_host_gpu : 0;
-    r->ex_cpu = plan ? engine_plan_get_totals(plan)->n_experts_cpu : 0;
     CHECK(moe_host == ENGINE_MOE_HOST_AUTO || r->host_gpu == (moe_host == ENGINE_MOE_HOST_GPU));
     CHECK_MSG(r->hosted == (host_layers < r->streamed ? host_layers : r->streamed), "%s: %d layers hosted, %d asked",
               path, r->hosted, host_layers);
@@ -162,7 +142,6 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
             continue;
         const bool resident = pe->placement == ENGINE_PLACE_RESIDENT;
         r->split += resident && pe->experts_resident < pe->n_experts;
-        r->ex_host += resident ? pe->n_experts - pe->experts_resident : 0;
         CHECK_MSG(resident ? pe->experts_resident <= pe->n_experts : pe->experts_resident == 0,
                   "%s: layer %d, %d of %d experts resident", path, pe->layer, pe->experts_resident, pe->n_experts);
         /* --moe-cpu: the first expert layers keep every expert in host memory. */
@@ -248,7 +227,7 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
         /* Only split expert layers: decode copies nothing, the CPU runs their host experts (or the GPU reads
          * them: no CPU time); a prompt copies them. */
         CHECK_MSG(rep.bytes_per_token == 0 && rep.decode.passes == 3 && rep.decode.bytes_copied == 0 &&
-                      (r->ex_cpu == 0 ? rep.decode.host_seconds == 0 : rep.decode.host_seconds > 0) &&
+                      (r->host_gpu ? rep.decode.host_seconds == 0 : rep.decode.host_seconds > 0) &&
                       rep.prefill.bytes_copied > 0 && rep.stream_buffers > 0,
                   "%s: %d split layers: %llu bytes a token, decode %d passes, %llu bytes, %.3g s on the host, "
                   "prefill %llu bytes", path, r->split, (unsigned long long)rep.bytes_per_token, rep.decode.passes,
@@ -362,28 +341,6 @@ static void check_model(const char *path, engine_quant q, bool stored_4bit, int 
         compare(path, what, &res, &gpu_one, 0.0, 0.0);
         free_run(&gpu_all);
         free_run(&gpu_one);
-        /* auto: each split layer's host experts shared in proportion to the CPU's rate and PCIe's, the CPU
-         * running its share beside the GPU's reads (another stream in the decode graph). PCIe's is given as
-         * this CPU's own, measured on the fixture (its tiny products run far below PCIe's rate), so that
-         * about half go to each. */
-        run auto_all, auto_one;
-        pcie_gbps = host_rate(path, q);
-        do_run(path, q, 0, 0, 0, 1 << 20, &auto_all);
-        do_run(path, q, 0, 0, 0, 1, &auto_one);
-        pcie_gbps = 0.0;
-        CHECK_MSG(!auto_all.ok || (auto_all.host_gpu && auto_all.ex_cpu > 0 && auto_all.ex_cpu < auto_all.ex_host),
-                  "%s: auto: %d of %d host experts on the CPU", path, auto_all.ex_cpu, auto_all.ex_host);
-        snprintf(what, sizeof what, "%s/moe-both", qn);
-        if (!four_bit)
-            compare(path, what, &res, &auto_all, 1e-5, 1e-4);
-        else if (auto_all.ok && res.ok)
-            CHECK_MSG(rel_diff(auto_all.prefill, res.prefill, res.vocab) <= 1e-5, "%s %s: prompt logits differ", path,
-                      what);
-        snprintf(what, sizeof what, "%s/moe-both-1", qn);
-        if (!four_bit)
-            compare(path, what, &res, &auto_one, 1e-5, 1e-4);
-        free_run(&auto_all);
-        free_run(&auto_one);
         CHECK_MSG(!cpu_all.ok || cpu_all.split > 0, "%s: --moe-cpu split no layer", path);
         snprintf(what, sizeof what, "%s/moe-cpu", qn);
         if (!four_bit)

@@ -150,12 +150,8 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
             report_expert_reads(engine_plan_entry_at(plan, i), t->n_experts_used, &dv, &cv);
             dev += dv, cpu += cv;
         }
-        char on_host[160] = "";
-        if (cpu > 0 && t->experts_host_gpu && t->n_experts_cpu > 0 && t->host_per_token < cpu)
-            snprintf(on_host, sizeof on_host, ", %s in host memory read by the GPU over PCIe at %.1f GB/s and %s "
-                     "by the CPU at %.1f GB/s", engine_format_bytes(cpu - t->host_per_token, b, sizeof b),
-                     t->pcie_gbps, engine_format_bytes(t->host_per_token, c, sizeof c), t->host_gbps);
-        else if (cpu > 0 && t->experts_host_gpu)
+        char on_host[128] = "";
+        if (cpu > 0 && t->experts_host_gpu)
             snprintf(on_host, sizeof on_host, ", %s in host memory, read by the GPU over PCIe at %.1f GB/s",
                      engine_format_bytes(cpu, b, sizeof b), t->pcie_gbps);
         else if (cpu > 0 && t->host_gbps > 0)
@@ -169,9 +165,7 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
                    "token's picks read %s on the device%s\n",
                 t->n_expert_layers, t->n_expert_layers == 1 ? "" : "s", t->n_experts, t->n_experts_used,
                 t->n_experts_resident, t->n_experts_host,
-                !t->experts_host_gpu ? "the CPU runs" : t->n_experts_cpu > 0 ? "the GPU reads over PCIe and the CPU runs"
-                                                                            : "the GPU reads over PCIe",
-                engine_format_bytes(dev, a, sizeof a),
+                t->experts_host_gpu ? "the GPU reads over PCIe" : "the CPU runs", engine_format_bytes(dev, a, sizeof a),
                 on_host);
     }
     char on_cpu[64] = "";
@@ -226,10 +220,10 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
         fprintf(f,
                 "%s{\"part\":\"%s\",\"layer\":%d,\"format\":\"%s\",\"weight_bytes\":%llu,\"placement\":\"%s\","
                 "\"kv_bytes\":%llu,\"bytes_per_token\":%llu,\"n_experts\":%d,\"experts_resident\":%d,"
-                "\"expert_bytes\":%llu,\"experts_cpu\":%d}",
+                "\"expert_bytes\":%llu}",
                 i ? "," : "", PARTS[r->part], r->layer, r->format, (unsigned long long)r->weight_bytes,
                 report_place(r->placement), (unsigned long long)r->kv_bytes, (unsigned long long)r->bytes_per_token,
-                r->n_experts, r->experts_resident, (unsigned long long)r->expert_bytes, r->experts_cpu);
+                r->n_experts, r->experts_resident, (unsigned long long)r->expert_bytes);
     }
     fprintf(f,
             "],\"totals\":{\"weights_resident\":%llu,\"weights_streamed\":%llu,\"stream_buffers\":%llu,"
@@ -241,7 +235,6 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             "\"kv_bytes_per_token\":%llu,\"full_ctx_tokens_per_second\":%.3f,\"n_batch\":%d,"
             "\"kv_window_layers\":%d,\"kv_ring_rows\":%d,\"n_expert_layers\":%d,\"n_experts\":%d,"
             "\"n_experts_used\":%d,\"n_experts_resident\":%d,\"n_experts_host\":%d,\"experts_host_gpu\":%s,"
-            "\"n_experts_cpu\":%d,"
             "\"max_ctx_by_kv\":{\"f32\":%d,\"f16\":%d,\"bf16\":%d,\"int8\":%d,\"fp8\":%d},\"gpu\":",
             (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
             (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
@@ -254,7 +247,7 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             engine_kv_type_name(t->kv_type), t->kv_auto ? "true" : "false", (unsigned long long)t->kv_bytes_per_token,
             t->full_ctx_tokens_per_second, t->n_batch, t->kv_window_layers, t->kv_ring_rows, t->n_expert_layers,
             t->n_experts, t->n_experts_used, t->n_experts_resident, t->n_experts_host,
-            t->experts_host_gpu ? "true" : "false", t->n_experts_cpu, t->max_ctx_by_kv[ENGINE_KV_F32],
+            t->experts_host_gpu ? "true" : "false", t->max_ctx_by_kv[ENGINE_KV_F32],
             t->max_ctx_by_kv[ENGINE_KV_F16], t->max_ctx_by_kv[ENGINE_KV_BF16], t->max_ctx_by_kv[ENGINE_KV_INT8],
             t->max_ctx_by_kv[ENGINE_KV_FP8]);
     cli_json_string(f, t->gpu_name, strlen(t->gpu_name));

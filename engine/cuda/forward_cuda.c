@@ -23,7 +23,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,27 +214,10 @@ static int moe_decode(cuda_session *cs, const engine_session *s, int l, uint32_t
     set_mat(&r, &D->router);
     TRY(launch_gemv(lc, &r));
     TRY(launch_moe_route(lc, cs->moe_logits, nr, 1, E, k, moe_renorm(m), cs->moe_ids, cs->moe_w));
-    /* A split layer: the CPU runs the choices of its experts from ex_cpu_from on, into their rows of
-     * moe_out, on a stream of their own while the device's products run the others (GEMV_EXPERT_ABSENT
-     * in ex_table marks the CPU's): the two meet before the weighted sum. */
-    const bool on_cpu = D->ex_cpu_from < E, on_gpu = D->ex_resident > 0 || D->ex_host_gpu;
-    if (on_cpu && on_gpu) {
-        launch_ctx side = *lc;
-        side.stream = cs->ex_side;
-        cudaError_t ce = cudaEventRecord(cs->ex_fork, lc->stream);
-        if (ce == cudaSuccess)
-            ce = cudaStreamWaitEvent(cs->ex_side, cs->ex_fork, 0);
-        if (ce != cudaSuccess)
-            return launch_fail(lc, "experts of layer %d: %s", l, cudaGetErrorString(ce));
-        if (host_experts(cs->host, &side, l, D->ex_cpu_from, cs->x, cs->moe_ids, cs->moe_out)) {
-            snprintf(lc->err, sizeof lc->err, "%s", side.err);
-            return -1;
-        }
-        if ((ce = cudaEventRecord(cs->ex_join, cs->ex_side)) != cudaSuccess)
-            return launch_fail(lc, "experts of layer %d: %s", l, cudaGetErrorString(ce));
-    } else if (on_cpu) {
-        TRY(host_experts(cs->host, lc, l, D->ex_cpu_from, cs->x, cs->moe_ids, cs->moe_out));
-    }
+    /* A split layer: the CPU runs the choices of the experts in host memory first, into their rows of
+     * moe_out; the device's products below skip those choices (GEMV_EXPERT_ABSENT in ex_table). */
+    if (D->ex_resident < E && !D->ex_host_gpu)
+        TRY(host_experts(cs->host, lc, l, D->ex_resident, cs->x, cs->moe_ids, cs->moe_out));
     /* Choice j's gated hidden state at moe_gu + j * F, its output at moe_out + j * dim. */
     gemv_args gu = {.y = cs->moe_gu, .rows = 2 * F, .cols = dim, .in = in, .x = cs->x, .norm = D->ffn_norm,
                     .eps = eps, .glu_out = true, .gelu = gelu, .x_max = x_max, .experts = D->ex_table,
@@ -246,14 +228,9 @@ static int moe_decode(cuda_session *cs, const engine_session *s, int l, uint32_t
                       .experts = D->ex_table + E, .expert_base = D->ex_base, .expert_ids = cs->moe_ids, .n_choices = k,
                       .x_stride = F, .y_stride = dim};
     set_mat(&down, &D->ex_down);
-    if (on_gpu) { /* else none on the device (--moe-cpu, the CPU alone): the host did them all */
+    if (D->ex_resident > 0 || D->ex_host_gpu) { /* none on the device (--moe-cpu): the host did them all */
         TRY(launch_gemv(lc, &gu));
         TRY(launch_gemv(lc, &down));
-    }
-    if (on_cpu && on_gpu) {
-        const cudaError_t ce = cudaStreamWaitEvent(lc->stream, cs->ex_join, 0);
-        if (ce != cudaSuccess)
-            return launch_fail(lc, "experts of layer %d: %s", l, cudaGetErrorString(ce));
     }
     if (shared) {
         const int SF = c->shared_ffn_dim;

@@ -596,63 +596,37 @@ static engine_status split_slot(cuda_model *cm, const engine_model *m, int l, cu
 
 
 /*
- * The split layers' host experts that decode's GPU reads (from ex_resident
- * to ex_cpu_from; the CPU runs the rest) in pinned mapped host memory, laid
- * out as in their slot (stream_expert_image), and each split layer's device
- * table pointing them there: decode's products read them over PCIe like
- * resident ones. A table entry is an offset from the layer's base, so such
- * an expert's is its slot offset plus the distance from that base to the
- * layer's part of the image (modulo 2^64, as the product adds it); the
- * CPU's stay absent.
+ * The split layers' host experts in pinned mapped host memory, laid out as
+ * in their slot (stream_expert_image), and each split layer's device table
+ * pointing its host experts there: decode's products read them over PCIe
+ * like resident ones, and the CPU runs none. A table entry is an offset
+ * from the layer's base, so a host expert's is its slot offset plus the
+ * distance from that base to the layer's part of the image (modulo 2^64,
+ * as the product adds it).
  */
 static engine_status expert_image(cuda_model *cm, const engine_model *m, err_buf *e)
 {
     stream_model *sm = cm->sm;
-    const int E = m->cfg.n_experts;
-    uint64_t *end = calloc((size_t)sm->n_units + 1, sizeof *end);
-    bool any = false;
-    for (int l = 0; end && l < m->cfg.n_layers; l++) {
-        const int si = sm->index[l], from = sm->ex_from[l], to = sm->ex_cpu_from[l];
-        if (si < 0 || !sm->split[si] || to <= from)
-            continue;
-        any = true;
-        end[si] = UINT64_MAX;
-        if (to < E) { /* the image ends where expert `to` starts: its lowest array (an array's offset is never 0) */
-            const gemv_expert *o = cm->ex_offs + (size_t)l * 2 * E + 2 * (size_t)to;
-            for (int d = 0; d < 2; d++) {
-                const uint64_t f[] = {o[d].w, o[d].scales, o[d].code, o[d].am_q, o[d].am_s2, o[d].am_code};
-                for (int a = 0; a < 6; a++)
-                    if (f[a] && f[a] < end[si])
-                        end[si] = f[a];
-            }
-        }
-    }
-    if (!end)
-        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
-    engine_status st = any ? stream_expert_image(sm, end, m->n_threads, e) : ENGINE_OK;
-    free(end);
-    if (st || !any)
-        return st;
+    engine_status st = stream_expert_image(sm, m->n_threads, e);
     char *dev = NULL;
-    if (cudaHostGetDevicePointer((void **)&dev, sm->ex_image, 0) != cudaSuccess)
-        return err_set(e, ENGINE_ERR_CUDA, "CUDA: host experts' memory has no device address");
+    if (!st && cudaHostGetDevicePointer((void **)&dev, sm->ex_image, 0) != cudaSuccess)
+        st = err_set(e, ENGINE_ERR_CUDA, "CUDA: host experts' memory has no device address");
+    const int E = m->cfg.n_experts;
     const size_t tb = 2 * (size_t)E * sizeof(gemv_expert);
-    gemv_expert *t = malloc(tb);
-    if (!t)
-        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    gemv_expert *t = st ? NULL : malloc(tb);
+    if (!st && !t)
+        st = err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     for (int l = 0; !st && l < m->cfg.n_layers; l++) {
         cuda_layer *D = &cm->layers[l];
-        const int si = sm->index[l], to = sm->ex_cpu_from[l];
-        if (si < 0 || !sm->split[si] || to <= D->ex_resident)
+        const int si = sm->index[l];
+        if (si < 0 || !sm->split[si])
             continue;
         const gemv_expert *offs = cm->ex_offs + (size_t)l * 2 * E;
         const uint64_t delta = (uint64_t)(uintptr_t)(dev + sm->ex_image_at[si]) - (uint64_t)(uintptr_t)D->ex_base;
         for (int x = 0; x < E; x++)
             for (int d = 0; d < 2; d++) {
                 gemv_expert g = offs[2 * x + d];
-                if (x >= to) {
-                    g = (gemv_expert){.w = GEMV_EXPERT_ABSENT};
-                } else if (x >= D->ex_resident) {
+                if (x >= D->ex_resident) {
                     g.w += delta, g.scales += delta, g.code += delta;
                     g.am_q += delta, g.am_s2 += delta, g.am_code += delta;
                 }
@@ -747,7 +721,6 @@ static engine_status place(cuda_model *cm, const engine_model *m, char *base, up
         D->ex_resident = L->experts ? from : 0;
         D->ex_slot = NULL;
         D->ex_host_gpu = false;
-        D->ex_cpu_from = split ? sm->ex_cpu_from[l] : c->n_experts;
         if (si >= 0 && !split) {
             /* Its matrices go to a slot at offsets from 0 (sized by stream_model_open): recorded, not uploaded. */
             sink to_slot = {NULL, rec};

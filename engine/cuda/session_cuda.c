@@ -146,12 +146,6 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     }
 
     cudaError_t ce = cudaStreamCreateWithFlags(&cs->lc.stream, cudaStreamNonBlocking);
-    if (ce == cudaSuccess && cs->host && cs->cm->sm->n_split > 0) /* split layers' CPU experts, beside the GPU's */
-        ce = cudaStreamCreateWithFlags(&cs->ex_side, cudaStreamNonBlocking);
-    if (ce == cudaSuccess && cs->ex_side)
-        ce = cudaEventCreateWithFlags(&cs->ex_fork, cudaEventDisableTiming);
-    if (ce == cudaSuccess && cs->ex_side)
-        ce = cudaEventCreateWithFlags(&cs->ex_join, cudaEventDisableTiming);
     if (ce == cudaSuccess) /* on the session's stream: it does not wait for the legacy stream */
         ce = cudaMemsetAsync(cs->q4_work.count, 0, PLAN_Q4_COUNTS * sizeof(uint32_t), cs->lc.stream);
     if (ce == cudaSuccess)
@@ -229,12 +223,6 @@ void cuda_session_free(cuda_session *cs)
     launch_gemm_destroy(&cs->lc);
     if (cs->lc.stream)
         cudaStreamDestroy(cs->lc.stream);
-    if (cs->ex_side)
-        cudaStreamDestroy(cs->ex_side);
-    if (cs->ex_fork)
-        cudaEventDestroy(cs->ex_fork);
-    if (cs->ex_join)
-        cudaEventDestroy(cs->ex_join);
     if (cs->h_ids)
         cudaFreeHost(cs->h_ids);
     if (cs->h_step)

@@ -69,11 +69,9 @@ typedef struct cuda_layer {
                          CPU computes them (host_experts), a prompt copies them to
                          ex_slot, where ex_off[2e..] counts from for e >= ex_resident */
     char *ex_slot;    /* set per pass kind by the streaming (stream.c's set_kind) */
-    bool ex_host_gpu; /* its experts from ex_resident to ex_cpu_from are read by
-                         decode's products from host memory over PCIe (ex_table
-                         points there), not run by the CPU */
-    int ex_cpu_from;  /* decode's CPU runs the picks among experts ex_cpu_from..E-1
-                         (E: none), beside the GPU's products */
+    bool ex_host_gpu; /* its experts from ex_resident on are read by decode's products
+                         from host memory over PCIe (ex_table points there), not
+                         run by the CPU */
     cuda_mat sh_gu;   /* the shared expert's [2*shared_ffn, dim], or w NULL  */
     cuda_mat sh_down; /* [dim, shared_ffn]                                   */
 } cuda_layer;
@@ -124,8 +122,6 @@ struct cuda_session {
     cuda_layer *layers;   /* [n_layers] cm->layers, with the streamed ones in this session's slots */
     struct stream_session *ss; /* slots, copy stream, events; NULL when nothing streams */
     struct host_layers *host;  /* the CPU's side of hosted layers; NULL when none */
-    cudaStream_t ex_side; /* split expert layers: the CPU's experts beside the GPU's (NULL: none) */
-    cudaEvent_t ex_fork, ex_join;
     void *kv;             /* arena region: k_cache and v_cache           */
     void *act_region;     /* arena region: everything below but the KV   */
                           /* (lc.workspace is a region of its own)       */

@@ -128,22 +128,17 @@ engine_status stream_model_open(cuda_model *cm, const engine_model *m, const eng
     sm->hosted = calloc(units + 1, sizeof *sm->hosted);
     sm->split = calloc(units + 1, sizeof *sm->split);
     sm->ex_from = malloc((size_t)L * sizeof *sm->ex_from);
-    sm->ex_cpu_from = malloc((size_t)L * sizeof *sm->ex_cpu_from);
     sm->bytes = calloc(units + 1, sizeof *sm->bytes);
     sm->first = calloc(units + 2, sizeof *sm->first);
     sm->reg = calloc((size_t)st_n_files(m->weights) + 1, sizeof *sm->reg);
-    if (!sm->index || !sm->layer_of || !sm->hosted || !sm->split || !sm->ex_from || !sm->ex_cpu_from || !sm->bytes ||
-        !sm->first || !sm->reg)
+    if (!sm->index || !sm->layer_of || !sm->hosted || !sm->split || !sm->ex_from || !sm->bytes || !sm->first ||
+        !sm->reg)
         return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
     for (int l = 0, i = 0; l < L; l++) {
         const engine_plan_entry *pe = engine_plan_entry_at(plan, 1 + (size_t)l);
         const engine_placement pl = pe->placement;
         const bool split = pl == ENGINE_PLACE_RESIDENT && pe->experts_resident < pe->n_experts;
         sm->ex_from[l] = split ? pe->experts_resident : m->cfg.n_experts;
-        /* Without the GPU reading them (the plan's experts_host_gpu) the CPU runs all of them. */
-        sm->ex_cpu_from[l] = !split                                     ? m->cfg.n_experts
-                             : engine_plan_get_totals(plan)->experts_host_gpu ? pe->n_experts - pe->experts_cpu
-                                                                              : pe->experts_resident;
         sm->index[l] = pl != ENGINE_PLACE_RESIDENT || split ? i : -1;
         if (sm->index[l] < 0)
             continue;
@@ -198,7 +193,7 @@ engine_status stream_emb_pointer(stream_model *sm, const k_weight *emb, void **d
                              : err_set(e, ENGINE_ERR_CUDA, "embeddings in host memory: %s", cudaGetErrorString(ce));
 }
 
-engine_status stream_expert_image(stream_model *sm, const uint64_t *end, int n_threads, err_buf *e)
+engine_status stream_expert_image(stream_model *sm, int n_threads, err_buf *e)
 {
     sm->ex_image_at = calloc((size_t)sm->n_units + 1, sizeof *sm->ex_image_at);
     if (!sm->ex_image_at)
@@ -207,12 +202,12 @@ engine_status stream_expert_image(stream_model *sm, const uint64_t *end, int n_t
     for (int i = 0; i < sm->n_units; i++) {
         if (!sm->split[i])
             continue;
-        uint64_t top = 0;
+        uint64_t end = 0;
         for (int k = sm->first[i]; k < sm->first[i + 1]; k++)
-            if (sm->copies[k].dst + sm->copies[k].bytes > top)
-                top = sm->copies[k].dst + sm->copies[k].bytes;
+            if (sm->copies[k].dst + sm->copies[k].bytes > end)
+                end = sm->copies[k].dst + sm->copies[k].bytes;
         sm->ex_image_at[i] = total;
-        total += ((end[i] < top ? end[i] : top) + 255) & ~(uint64_t)255;
+        total += (end + 255) & ~(uint64_t)255;
     }
     if (total == 0)
         return ENGINE_OK;
@@ -224,16 +219,14 @@ engine_status stream_expert_image(stream_model *sm, const uint64_t *end, int n_t
     }
     sm->ex_image_bytes = total;
     sm->pinned += total;
-    /* Copies of several MiB each (an expert's matrices): one thread a copy, each cut at its unit's end. */
+    /* Copies of several MiB each (an expert's matrices): one thread a copy. */
 #pragma omp parallel for num_threads(n_threads > 0 ? n_threads : 1) schedule(dynamic, 1)
     for (int k = 0; k < sm->n_copies; k++) {
         int i = 0;
         while (sm->first[i + 1] <= k)
             i++;
-        const stream_copy *c = &sm->copies[k];
-        if (sm->split[i] && c->dst < end[i])
-            memcpy(sm->ex_image + sm->ex_image_at[i] + c->dst, c->src,
-                   c->dst + c->bytes <= end[i] ? c->bytes : end[i] - c->dst);
+        if (sm->split[i])
+            memcpy(sm->ex_image + sm->ex_image_at[i] + sm->copies[k].dst, sm->copies[k].src, sm->copies[k].bytes);
     }
     return ENGINE_OK;
 }
@@ -256,7 +249,6 @@ void stream_model_free(stream_model *sm)
     free(sm->hosted);
     free(sm->split);
     free(sm->ex_from);
-    free(sm->ex_cpu_from);
     free(sm->bytes);
     free(sm->first);
     free(sm->copies);

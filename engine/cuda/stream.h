@@ -65,9 +65,6 @@ typedef struct stream_model {
     int n_split;
     int *ex_from;         /* [n_layers]: a layer's first expert in host memory
                              (n_experts: none; 0 for a dense layer)             */
-    int *ex_cpu_from;     /* [n_layers]: of those, the first decode's CPU runs
-                             (the plan's experts_cpu from the end; n_experts:
-                             none), the ones before read by the GPU over PCIe  */
     uint64_t slot_bytes;  /* the largest streamed layer's matrices, padded      */
     uint64_t *bytes;      /* [n_units] bytes copied for each                    */
     stream_copy *copies;  /* every copy, unit by unit                           */
@@ -104,11 +101,10 @@ bool stream_add_copy(stream_model *sm, int i, uint64_t dst, const void *src, uin
 /*
  * Lay the split units' host experts out in pinned, mapped host memory as
  * their slot holds them (their recorded copies replayed on the host, with
- * n_threads), unit i's up to its offset end[i] (the experts the CPU runs
- * lie past it): decode's products then read them over PCIe where they are.
- * After the weights are placed (the copies final).
+ * n_threads): decode's products then read them over PCIe where they are,
+ * and no CPU runs them. After the weights are placed (the copies final).
  */
-engine_status stream_expert_image(stream_model *sm, const uint64_t *end, int n_threads, err_buf *e);
+engine_status stream_expert_image(stream_model *sm, int n_threads, err_buf *e);
 /* A device pointer to the embedding table in host memory (mapped). */
 engine_status stream_emb_pointer(stream_model *sm, const k_weight *emb, void **dev, err_buf *e);
 
