@@ -251,7 +251,7 @@ double cpu_layer_rate(const engine_model *m, const int *layers, int n_layers, in
             memcpy(att, q, qd * sizeof *att);
             cpu_layer_out(m, &kc, layers[i], 1, x, att, xb, hb, hb2);
             if (m->layers[layers[i]].experts) /* the router's top-k, as a hosted layer runs them */
-                cpu_moe_token(m, &kc, layers[i], x, moe_scratch);
+                cpu_moe_token(m, &kc, layers[i], x, moe_scratch, NULL);
         }
         const double t = model_seconds() - t0;
         if (pass > 0 && (best == 0.0 || t < best))

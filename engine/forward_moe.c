@@ -81,10 +81,14 @@ void cpu_moe(const engine_session *s, int l, int n, const float *in, float *out)
     /* Route every token; count each expert's slots. */
     k_matmul(kc, s->moe_logits, in, n, &L->router, NULL);
     memset(first, 0, (size_t)(E + 1) * sizeof *first);
+    uint32_t *picks = s->expert_picks ? s->expert_picks + (size_t)l * E : NULL;
     for (int t = 0; t < n; t++) {
         route(s->moe_logits + (size_t)t * E, E, k, renorm, s->moe_slot + (size_t)t * k, s->moe_w + (size_t)t * k);
-        for (int j = 0; j < k; j++)
+        for (int j = 0; j < k; j++) {
             first[s->moe_slot[(size_t)t * k + j] + 1]++;
+            if (picks)
+                picks[s->moe_slot[(size_t)t * k + j]]++;
+        }
     }
     for (int e = 0; e < E; e++)
         first[e + 1] += first[e];
@@ -245,7 +249,7 @@ static void host_choices(const engine_model *m, const k_ctx *kc, int l, const fl
  * by host_choices(), then joined to the residual stream as forward_cpu.c's
  * residual_add does; each choice's output is added in choice order.
  */
-void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, float *scratch)
+void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, float *scratch, uint32_t *picks)
 {
     const cfg_model *c = &m->cfg;
     const layer_weights *L = &m->layers[l];
@@ -258,6 +262,8 @@ void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, floa
     const float *in = mlp_input(m, kc, l, x, xb);
     k_matmul(kc, logits, in, 1, &L->router, NULL);
     route(logits, E, k, m->arch->moe_renorm || c->norm_topk_prob, ids, w);
+    for (int j = 0; picks && j < k; j++)
+        picks[ids[j]]++;
     if (L->shared.w_gate.data) {
         const int SF = c->shared_ffn_dim;
         k_matmul(kc, gate, in, 1, &L->shared_gate, NULL);

@@ -514,6 +514,8 @@ engine_status engine_model_get_info(const engine_model *m, engine_model_info *in
     info->device = m->device;
     info->tied_embeddings = m->lm_head.data == m->tok_emb.data;
     info->head_dtype = dtype_label(m->lm_head.dtype);
+    info->n_experts = m->cfg.n_experts;
+    info->n_experts_used = m->cfg.n_experts > 0 ? m->cfg.n_experts_used : 0;
     return ENGINE_OK;
 }
 

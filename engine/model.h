@@ -243,6 +243,9 @@ struct engine_session {
     float *moe_h;              /* [n_batch * k, moe_ffn_dim]              */
     float *moe_h2;             /* [n_batch * k, moe_ffn_dim]              */
     float *moe_gate;           /* [n_batch] the shared expert's gate      */
+    uint32_t *expert_picks;    /* [n_layers, n_experts] how often the CPU's routing picked each expert
+                                  (every expert layer on the CPU; on CUDA the hosted layers', the
+                                  device counting the rest: engine_session_expert_picks) */
     int32_t *tokens;           /* [n_ctx] ids in the cache, in order      */
     bool have_logits;          /* logits hold the last evaluated token's  */
     bool device_logits;        /* CUDA: the device holds them (copied on demand) */
@@ -399,12 +402,13 @@ void cpu_layer_out(const engine_model *m, const k_ctx *kc, int l, int n, float *
  * shared_ffn_dim] for a shared expert. in and out may be the same rows. */
 void cpu_moe(const engine_session *s, int l, int n, const float *in, float *out);
 /* One token's expert MLP of layer l without a session, x [dim] += its output
- * (norms and the residual multiplier applied as the pass applies them);
+ * (norms and the residual multiplier applied as the pass applies them;
+ * picks [n_experts], may be NULL: each chosen expert's count goes up);
  * the CUDA backend's hosted layers run it after cpu_layer_out, which leaves
  * an expert layer's MLP out. scratch: cpu_moe_token_floats() floats; kc's
  * scratch sized for model_ffn_max columns. */
 size_t cpu_moe_token_floats(const cfg_model *c);
-void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, float *scratch);
+void cpu_moe_token(const engine_model *m, const k_ctx *kc, int l, float *x, float *scratch, uint32_t *picks);
 /* The chosen experts ids[0..k) of one token that are not on the GPU (ids[j]
  * >= from) of layer l, from its MLP input x [dim] before the norm: choice
  * j's expert output, unweighted, into out[j * dim ...] (the rest of out

@@ -105,6 +105,7 @@ typedef struct plan_session_bufs {
     void *moe_h;     /* [rows, moe_ffn] wt                         */
     void *moe_out;   /* [rows, dim] f32: each row's expert output  */
     void *moe_sh;    /* [n_batch, dim] f32: the shared expert's output */
+    void *moe_picks; /* [n_layers, E] uint32: how often each expert was picked (launch_moe_route) */
 } plan_session_bufs;
 /* Rows each expert's group of grouped rows starts at a multiple of, so
  * that every group's rows in the grouped buffers are 256-byte aligned, as

@@ -297,7 +297,7 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
      * group's rows from a multiple of plan_moe_pad (decode uses the first
      * k rows). */
     b.moe_logits = b.moe_ids = b.moe_w = b.moe_slot = b.moe_tok = b.moe_first = NULL;
-    b.moe_act = b.moe_gu = b.moe_h = b.moe_out = b.moe_sh = NULL;
+    b.moe_act = b.moe_gu = b.moe_h = b.moe_out = b.moe_sh = b.moe_picks = NULL;
     if (c->n_experts > 0) {
         const uint64_t E = (uint64_t)c->n_experts, slots = nb * (uint64_t)c->n_experts_used;
         const uint64_t rows = slots + E * (uint64_t)(plan_moe_pad(c, wt) - 1), F = (uint64_t)c->moe_ffn_dim;
@@ -312,6 +312,7 @@ uint64_t plan_session_layout(const cfg_model *c, k_dtype wt, int n_batch, int n_
         b.moe_h = carve(base, &off, rows * F * ws, PLAN_ALIGN);
         b.moe_out = carve(base, &off, rows * c->dim * sizeof(float), PLAN_ALIGN);
         b.moe_sh = carve(base, &off, nb * c->dim * sizeof(float), PLAN_ALIGN);
+        b.moe_picks = carve(base, &off, (uint64_t)c->n_layers * E * sizeof(uint32_t), PLAN_ALIGN);
     }
     b.argmax_scratch = carve(base, &off, argmax_bytes, PLAN_ALIGN);
     b.deq = carve(base, &off, deq_elems * ws, PLAN_ALIGN);

@@ -41,6 +41,9 @@ static size_t layout(engine_session *s, char *base)
     uint64_t off = 0;
     s->logits = carve(base, &off, (size_t)c->vocab_size * sizeof(float), ALIGN);
     s->tokens = carve(base, &off, ctx * sizeof(int32_t), ALIGN);
+    s->expert_picks = c->n_experts > 0
+                          ? carve(base, &off, (size_t)c->n_layers * c->n_experts * sizeof(uint32_t), ALIGN)
+                          : NULL;
     if (s->model->device != ENGINE_DEVICE_CPU)
         return off; /* the rest lives on the device */
     /* K, V, then (INT8, FP8) K's scales and V's: the CUDA session's order.
@@ -158,6 +161,8 @@ engine_status engine_session_create(engine_model *m, const engine_session_params
     }
     s->block_bytes = bytes;
     layout(s, s->block);
+    if (s->expert_picks)
+        memset(s->expert_picks, 0, (size_t)c->n_layers * c->n_experts * sizeof(uint32_t));
     if (m->device == ENGINE_DEVICE_CPU) {
         rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
         if (s->rope_cos_local)
@@ -532,6 +537,24 @@ engine_status engine_session_memory(const engine_session *s, engine_memory_repor
 #ifdef ENGINE_HAVE_CUDA
     if (s->cuda)
         cuda_memory(s, r);
+#endif
+    return ENGINE_OK;
+}
+
+engine_status engine_session_expert_picks(engine_session *s, int layer, uint32_t *counts, int n)
+{
+    if (!s || !counts)
+        return ENGINE_ERR_INVALID_ARG;
+    const cfg_model *c = &s->model->cfg;
+    if (layer < 0 || layer >= c->n_layers || !s->model->layers[layer].experts || n < c->n_experts)
+        return err_set(&s->err, ENGINE_ERR_INVALID_ARG,
+                       "engine_session_expert_picks: layer %d is not an expert layer of %d, or %d counts are fewer "
+                       "than its %d experts",
+                       layer, c->n_layers, n, c->n_experts);
+    memcpy(counts, s->expert_picks + (size_t)layer * c->n_experts, (size_t)c->n_experts * sizeof *counts);
+#ifdef ENGINE_HAVE_CUDA
+    if (s->cuda)
+        return cuda_expert_picks(s, layer, counts, &s->err);
 #endif
     return ENGINE_OK;
 }

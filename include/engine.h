@@ -233,6 +233,9 @@ typedef struct engine_model_info {
     engine_device device;     /* where the model runs: CPU or CUDA, never AUTO */
     int tied_embeddings;      /* 1 when the output matrix is the embedding table */
     const char *head_dtype;   /* the output matrix's type, as weight_dtype */
+    /* Appended fields: */
+    int n_experts;            /* routed experts of a mixture-of-experts layer; 0 for a dense model */
+    int n_experts_used;       /* of which a token runs (top-k); 0 for a dense model */
 } engine_model_info;
 
 ENGINE_API engine_status engine_model_get_info(const engine_model *model, engine_model_info *info);
@@ -830,6 +833,17 @@ typedef struct engine_offload_report {
  * run. On the CPU or with nothing streamed, r holds zeros but n_layers.
  */
 ENGINE_API engine_status engine_session_offload(engine_session *s, int n_decode, engine_offload_report *r);
+
+/*
+ * How often the router picked each routed expert of mixture-of-experts
+ * layer `layer` since the session was created: counts[0 .. n_experts) for
+ * n >= the model's n_experts (engine_model_info). Every token a pass
+ * evaluates counts its k choices (prompts, decode steps, and the steps
+ * engine_session_offload times); on CUDA the device counts them as it
+ * routes (read back here, after the queued work). INVALID_ARG for a dense
+ * layer or too small an n.
+ */
+ENGINE_API engine_status engine_session_expert_picks(engine_session *s, int layer, uint32_t *counts, int n);
 
 /* ------------------------------------------------------------------ trace */
 

@@ -353,12 +353,13 @@ int launch_gemv(launch_ctx *c, const gemv_args *a);
  * double), its top k (<= MOE_MAX_TOPK; highest first, the lower index on a
  * tie) into ids[t * k + j] and their probabilities, renormalised to sum 1
  * where renorm, into w[t * k + j]. A NaN logit counts as -inf, so the ids
- * are always k distinct experts.
+ * are always k distinct experts. picks (device [E], may be NULL): each
+ * chosen expert's count goes up by one (atomically: the order is free).
  */
 #define MOE_MAX_EXPERTS 1024
 #define MOE_MAX_TOPK 16
 int launch_moe_route(launch_ctx *c, const float *logits, int ld, int n, int E, int k, bool renorm, int32_t *ids,
-                     float *w);
+                     float *w, uint32_t *picks);
 
 /*
  * The n * k (token, choice) slots of ids[n * k] grouped by expert, for the

@@ -135,6 +135,13 @@ grep -q '^keeps 8 of 16 experts resident, 8 in host memory: the CPU runs a token
   jq -e '.totals.experts_host_gpu == false and .totals.host_per_token > 0' >/dev/null ||
   fail "--moe-host cpu --json: not the CPU's"
 expect_error "--moe-host x" "bad value 'x' for --moe-host" "$INFER" "$MOE" --dry-run --vram 8G --moe-host x
+# --report counts the router's picks: qwen3moe_f32 has expert layers 1 and 3 (16 experts, 4 a token); 5 prompt
+# tokens and 5 decoded ones (the sixth generated id is never evaluated) make 40 picks in each.
+Q3M=$ROOT/tests/data/models/qwen3moe_f32
+"$INFER" "$Q3M" --device cpu --prompt-ids 1,2,3,4,5 -n 6 --report >/dev/null 2>"$T/err" || fail "--report on qwen3moe_f32 exited $?"
+grep -q '^expert picks (4 of 16 experts a token)' "$T/err" && grep -Eq '^  layer 1 +40 ' "$T/err" &&
+  grep -Eq '^  layer 3 +40 ' "$T/err" && ! grep -Eq '^  layer [02] ' "$T/err" ||
+  fail "--report: expert picks: $(grep -A3 'expert picks' "$T/err")"
 "$INFER" "$MOE" --dry-run --vram 8G --ctx 64 --moe-cpu 1 --json 2>/dev/null |
   jq -e '.fits and .totals.n_experts_resident == 8 and .totals.n_experts_host == 8 and .totals.host_per_token == 0
     and .totals.experts_host_gpu and .totals.streamed_per_token > 0

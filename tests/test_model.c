@@ -200,6 +200,41 @@ static bool cuda_refuses(const char *dir, const char *label)
     return true;
 }
 
+/*
+ * An expert model's pick counts after `tokens` evaluated tokens: each expert
+ * layer's sum to tokens x k, none above tokens (a token picks k distinct
+ * experts), and more than one expert picked; a dense layer and too short an
+ * array refused.
+ */
+static void check_expert_picks(const char *name, engine_session *s, const engine_model_info *info, uint32_t tokens)
+{
+    const int E = info->n_experts, k = info->n_experts_used;
+    uint32_t *c = malloc((size_t)E * sizeof *c);
+    int expert_layers = 0;
+    for (int l = 0; l < info->n_layers; l++) {
+        const engine_status st = engine_session_expert_picks(s, l, c, E);
+        if (st == ENGINE_ERR_INVALID_ARG) { /* a dense layer (mlp_only_layers, decoder_sparse_step) */
+            CHECK_MSG(strstr(engine_session_last_error(s), "not an expert layer") != NULL, "%s layer %d: %s", name, l,
+                      engine_session_last_error(s));
+            continue;
+        }
+        CHECK_MSG(st == ENGINE_OK, "%s layer %d: %s", name, l, engine_session_last_error(s));
+        expert_layers++;
+        uint64_t sum = 0;
+        uint32_t most = 0;
+        int used = 0;
+        for (int e = 0; e < E; e++)
+            sum += c[e], most = c[e] > most ? c[e] : most, used += c[e] > 0;
+        CHECK_MSG(sum == (uint64_t)tokens * k && most <= tokens && used > 1,
+                  "%s layer %d: %llu picks (want %u x %d), an expert %u times, %d experts picked", name, l,
+                  (unsigned long long)sum, tokens, k, most, used);
+        CHECK(engine_session_expert_picks(s, l, c, E - 1) == ENGINE_ERR_INVALID_ARG);
+    }
+    CHECK_MSG(expert_layers > 0, "%s: no expert layer counted", name);
+    CHECK(engine_session_expert_picks(s, info->n_layers, c, E) == ENGINE_ERR_INVALID_ARG);
+    free(c);
+}
+
 static void test_fixture(const char *name, const char *cpu_only)
 {
     char dir[1024], refp[1100];
@@ -235,6 +270,8 @@ static void test_fixture(const char *name, const char *cpu_only)
     engine_session *s = session(m, 64);
     check_greedy(name, s, info.vocab_size, prompt, np, json_object_get(ref, "prompt_logits_last"), gen, ng,
                  json_object_get(ref, "final_logits"), 1e-4);
+    if (info.n_experts > 0)
+        check_expert_picks(name, s, &info, (uint32_t)(np + ng));
 
     /* Evaluating the prompt one token at a time gives the same logits as the batch. */
     engine_session_reset(s);

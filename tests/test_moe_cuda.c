@@ -62,7 +62,9 @@ static void check_route(launch_ctx *lc, int n, int E, int k, int ld, bool renorm
     logits[(size_t)(n / 2) * ld + E / 3] = NAN; /* counts as -inf */
     float *dl = dev_copy(logits, (size_t)n * ld), *dw = dev_alloc((size_t)n * k * sizeof(float));
     int32_t *di = dev_alloc((size_t)n * k * sizeof(int32_t));
-    CHECK_MSG(launch_moe_route(lc, dl, ld, n, E, k, renorm, di, dw) == 0, "moe_route: %s", lc->err);
+    uint32_t *dp = dev_alloc((size_t)E * sizeof(uint32_t));
+    CHECK(cudaMemset(dp, 0, (size_t)E * sizeof(uint32_t)) == cudaSuccess);
+    CHECK_MSG(launch_moe_route(lc, dl, ld, n, E, k, renorm, di, dw, dp) == 0, "moe_route: %s", lc->err);
     int32_t *gi = malloc((size_t)n * k * sizeof *gi);
     float *gw = host_f32(dw, K_F32, (size_t)n * k);
     CHECK(cudaMemcpy(gi, di, (size_t)n * k * sizeof *gi, cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -78,8 +80,19 @@ static void check_route(launch_ctx *lc, int n, int E, int k, int ld, bool renorm
     }
     CHECK_MSG(bad_ids == 0 && worst < 1e-6, "moe_route n %d E %d k %d ld %d renorm %d: %d ids differ, weights by %.2e",
               n, E, k, ld, renorm, bad_ids, worst);
-    free(logits), free(w), free(ids), free(gi), free(gw);
-    cudaFree(dl), cudaFree(dw), cudaFree(di);
+    /* The pick counts: each expert's count is how many of the reference's choices name it. */
+    uint32_t *gp = malloc((size_t)E * sizeof *gp);
+    CHECK(cudaMemcpy(gp, dp, (size_t)E * sizeof *gp, cudaMemcpyDeviceToHost) == cudaSuccess);
+    int bad_picks = 0;
+    for (int e = 0; e < E; e++) {
+        uint32_t want = 0;
+        for (int i = 0; i < n * k; i++)
+            want += ids[i] == e;
+        bad_picks += gp[e] != want;
+    }
+    CHECK_MSG(bad_picks == 0, "moe_route n %d E %d k %d: %d experts' pick counts differ", n, E, k, bad_picks);
+    free(logits), free(w), free(ids), free(gi), free(gw), free(gp);
+    cudaFree(dl), cudaFree(dw), cudaFree(di), cudaFree(dp);
 }
 
 /* Grouping, gathering and the weighted sum for n tokens, k of E experts each, groups padded to pad rows. */
@@ -293,7 +306,7 @@ int main(void)
         check_experts(&lc, types[i], 128, 8, 2048, 768, false, true);
     }
     /* Bad arguments fail with a message and launch nothing. */
-    CHECK(launch_moe_route(&lc, NULL, 8, 1, 8, 2, false, NULL, NULL) == -1 && strstr(lc.err, "moe_route"));
+    CHECK(launch_moe_route(&lc, NULL, 8, 1, 8, 2, false, NULL, NULL, NULL) == -1 && strstr(lc.err, "moe_route"));
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     cudaStreamDestroy(lc.stream);
     return test_finish("test_moe_cuda");

@@ -99,7 +99,14 @@ static void check_fixture(const char *name, engine_quant quant, int threads)
         for (int i = 0; i < dim; i++)
             want[i] += x[i];
         memcpy(got, x, (size_t)dim * sizeof *got);
-        cpu_moe_token(m, &host, l, got, scratch);
+        uint32_t *picks = calloc((size_t)E, sizeof *picks);
+        cpu_moe_token(m, &host, l, got, scratch, picks);
+        uint32_t total = 0, most = 0;
+        for (int e2 = 0; e2 < E; e2++)
+            total += picks[e2], most = picks[e2] > most ? picks[e2] : most;
+        CHECK_MSG(total == (uint32_t)k && most == 1, "%s layer %d: cpu_moe_token counted %u picks (most %u), want %d",
+                  name, l, total, most, k);
+        free(picks);
         double e = max_rel(got, want, dim);
         CHECK_MSG(e < 1e-5, "%s (%s, %d threads) layer %d: cpu_moe_token differs from cpu_moe by %g", name, qn,
                   threads, l, e);

@@ -344,6 +344,49 @@ static int report_loaded(const engine_model *model, const char *path, const engi
     return 0;
 }
 
+static int by_count_desc(const void *a, const void *b)
+{
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/*
+ * --report on an expert model: how the router spread the session's tokens
+ * over each layer's experts (engine_session_expert_picks): the picks, the
+ * experts picked at least once, the share of the most picked tenth, and on
+ * a GPU the share that went to the experts the plan keeps on the device.
+ */
+static void print_expert_picks(FILE *f, engine_session *s, const engine_model_info *info, const engine_plan *plan)
+{
+    const int E = info->n_experts, top = E / 10 > 0 ? E / 10 : 1;
+    uint32_t *c = malloc((size_t)E * sizeof *c);
+    if (!c)
+        return;
+    fprintf(f, "expert picks (%d of %d experts a token): layer, picks, experts picked, the top %d's share%s\n",
+            info->n_experts_used, E, top, plan ? ", on the device (experts resident)" : "");
+    for (int l = 0; l < info->n_layers; l++) {
+        if (engine_session_expert_picks(s, l, c, E) != ENGINE_OK)
+            continue;
+        const engine_plan_entry *pe = plan ? engine_plan_entry_at(plan, 1 + (size_t)l) : NULL;
+        const int res = pe && pe->placement == ENGINE_PLACE_RESIDENT ? pe->experts_resident : 0;
+        uint64_t all = 0, dev = 0, most = 0;
+        int used = 0;
+        for (int e = 0; e < E; e++) {
+            all += c[e], used += c[e] > 0;
+            dev += e < res ? c[e] : 0;
+        }
+        qsort(c, (size_t)E, sizeof *c, by_count_desc);
+        for (int e = 0; e < top; e++)
+            most += c[e];
+        fprintf(f, "  layer %-3d %8llu  %4d  %5.1f%%", l, (unsigned long long)all, used,
+                all ? 100.0 * (double)most / (double)all : 0.0);
+        if (pe)
+            fprintf(f, "  %5.1f%% (%d)", all ? 100.0 * (double)dev / (double)all : 0.0, res);
+        fputc('\n', f);
+    }
+    free(c);
+}
+
 /* The numeric options: name, range, and the field each sets. */
 typedef enum opt_field {
     OPT_N_PREDICT, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY, OPT_REPEAT_LAST_N, OPT_SEED,
@@ -794,6 +837,8 @@ int main(int argc, char **argv)
     } else {
         fputc('\n', stdout);
         fflush(stdout);
+        if (report && info.n_experts > 0)
+            print_expert_picks(stderr, sess, &info, engine_model_plan(model));
         fprintf(stderr, "infer: prompt %zu tokens at %.1f tok/s | generated %zu tokens at %.1f tok/s (stop: %s) | ",
                 stats.n_prompt, pps, stats.n_generated, gps, stop_name(stats.stop));
         if (on_gpu)

@@ -81,5 +81,7 @@ void cuda_memory(const engine_session *s, engine_memory_report *r);
 const engine_plan *cuda_model_plan(const cuda_model *cm);
 engine_status cuda_device_reserve(uint64_t *bytes, err_buf *e);
 engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offload_report *r, err_buf *e);
+/* Adds the device's pick counts of layer l's experts (its routing kernel's) to counts[n_experts]. */
+engine_status cuda_expert_picks(engine_session *s, int l, uint32_t *counts, err_buf *e);
 
 #endif

@@ -213,7 +213,8 @@ static int moe_decode(cuda_session *cs, const engine_session *s, int l, uint32_t
                    .eps = eps, .x_max = x_max};
     set_mat(&r, &D->router);
     TRY(launch_gemv(lc, &r));
-    TRY(launch_moe_route(lc, cs->moe_logits, nr, 1, E, k, moe_renorm(m), cs->moe_ids, cs->moe_w));
+    TRY(launch_moe_route(lc, cs->moe_logits, nr, 1, E, k, moe_renorm(m), cs->moe_ids, cs->moe_w,
+                         cs->moe_picks + (size_t)l * E));
     /* A split layer: the CPU runs the choices of the experts in host memory first, into their rows of
      * moe_out; the device's products below skip those choices (GEMV_EXPERT_ABSENT in ex_table). */
     if (D->ex_resident < E && !D->ex_host_gpu)
@@ -270,7 +271,8 @@ static int moe_prefill(cuda_session *cs, const engine_session *s, int l, int n)
     const bool shared = D->sh_gu.w != NULL;
     const int nr = E + shared, cap = n * k + E * (cs->moe_pad - 1);
     TRY(product(cs, cs->moe_logits, false, &D->router, n, nr, dim));
-    TRY(launch_moe_route(lc, cs->moe_logits, nr, n, E, k, moe_renorm(m), cs->moe_ids, cs->moe_w));
+    TRY(launch_moe_route(lc, cs->moe_logits, nr, n, E, k, moe_renorm(m), cs->moe_ids, cs->moe_w,
+                         cs->moe_picks + (size_t)l * E));
     TRY(launch_moe_group(lc, cs->moe_ids, n, k, E, cs->moe_pad, cap, cs->moe_first, cs->moe_slot, cs->moe_tok));
     TRY(launch_moe_gather(lc, cs->moe_act, cs->act, wt, cs->moe_tok, cap, dim));
     cudaError_t ce = cudaMemcpyAsync(cs->h_moe_first, cs->moe_first, (2 * (size_t)E + 1) * sizeof(int32_t),
@@ -808,6 +810,24 @@ int cuda_sample_candidates(engine_session *s, float temperature, const int32_t *
     *ids = cs->h_cand_ids;
     *vals = cs->h_cand_vals;
     return n;
+}
+
+engine_status cuda_expert_picks(engine_session *s, int l, uint32_t *counts, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    const int E = s->model->cfg.n_experts;
+    if (!cs->moe_picks)
+        return ENGINE_OK;
+    uint32_t *dev = malloc((size_t)E * sizeof *dev);
+    if (!dev)
+        return err_set(e, ENGINE_ERR_OUT_OF_MEMORY, "out of memory");
+    cudaError_t ce = cudaStreamSynchronize(cs->lc.stream);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpy(dev, cs->moe_picks + (size_t)l * E, (size_t)E * sizeof *dev, cudaMemcpyDeviceToHost);
+    for (int x = 0; ce == cudaSuccess && x < E; x++)
+        counts[x] += dev[x];
+    free(dev);
+    return ce == cudaSuccess ? ENGINE_OK : err_set(e, ENGINE_ERR_CUDA, "CUDA: expert picks: %s", cudaGetErrorString(ce));
 }
 
 engine_status cuda_copy_logits(engine_session *s, err_buf *e)

@@ -155,7 +155,8 @@ static void CUDART_CB run_after(void *p)
     const double t0 = model_seconds(), us0 = trace_now(t);
     cpu_layer_out(h->m, &h->kc, j->layer, 1, h->x, h->att, h->xb, h->hb, h->hb2);
     if (h->m->layers[j->layer].experts) /* cpu_layer_out leaves an expert layer's MLP out */
-        cpu_moe_token(h->m, &h->kc, j->layer, h->x, h->moe);
+        cpu_moe_token(h->m, &h->kc, j->layer, h->x, h->moe,
+                      h->s->expert_picks ? h->s->expert_picks + (size_t)j->layer * h->m->cfg.n_experts : NULL);
     h->seconds += model_seconds() - t0;
     if (t)
         trace_span_args(t, h->trace_tid, "o + ffn of layer", j->layer, "host", us0, trace_now(t) - us0, NULL, 0, NULL,

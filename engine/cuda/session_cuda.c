@@ -53,6 +53,7 @@ static uint64_t layout(cuda_session *cs, const engine_session *s, char *base)
     cs->moe_h = b.moe_h;
     cs->moe_out = b.moe_out;
     cs->moe_sh = b.moe_sh;
+    cs->moe_picks = b.moe_picks;
     cs->moe_pad = s->model->cfg.n_experts > 0 ? plan_moe_pad(&s->model->cfg, cs->cm->wt) : 0;
     /* The fused 4-bit product never runs beside the decoding into deq (both are prefill's, on one stream), so
      * its split tiles' partial sums use deq's bytes. */
@@ -150,6 +151,8 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
         ce = cudaMemsetAsync(cs->q4_work.count, 0, PLAN_Q4_COUNTS * sizeof(uint32_t), cs->lc.stream);
     if (ce == cudaSuccess)
         ce = cudaMemsetAsync(cs->attn_count, 0, (size_t)c->n_kv_heads * sizeof(uint32_t), cs->lc.stream);
+    if (ce == cudaSuccess && cs->moe_picks)
+        ce = cudaMemsetAsync(cs->moe_picks, 0, (size_t)c->n_layers * c->n_experts * sizeof(uint32_t), cs->lc.stream);
     /* With hosted layers the CPU is busy during a step: the thread waiting for it sleeps rather than spins. */
     const unsigned done_flags = cudaEventDisableTiming | (cs->host ? cudaEventBlockingSync : 0);
     for (int i = 0; i < 2 && ce == cudaSuccess; i++)

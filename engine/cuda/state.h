@@ -157,6 +157,7 @@ struct cuda_session {
     /* Expert layers' buffers (plan_session_bufs says what each holds); NULL without experts. */
     float *moe_logits, *moe_w, *moe_gu, *moe_out, *moe_sh;
     int32_t *moe_ids, *moe_slot, *moe_tok, *moe_first;
+    uint32_t *moe_picks;  /* [n_layers, E] device: each expert's picks (engine_session_expert_picks) */
     void *moe_act, *moe_h;
     int32_t *h_moe_first; /* pinned host [2E + 1]: a prompt's groups (launch_moe_group), read back once a layer */
     int moe_pad;          /* plan_moe_pad                                */

@@ -28,7 +28,7 @@ __device__ __forceinline__ bool ranks_above(float v, int i, float bv, int bi)
  * weights and renormalises them in choice order, as the CPU does.
  */
 __global__ void __launch_bounds__(32 * ROUTE_WARPS)
-    k_moe_route(const float *logits, int ld, int n, int E, int k, bool renorm, int32_t *ids, float *w)
+    k_moe_route(const float *logits, int ld, int n, int E, int k, bool renorm, int32_t *ids, float *w, uint32_t *picks)
 {
     dependency_wait();
     const int lane = threadIdx.x & 31, t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
@@ -85,8 +85,11 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS)
         for (int q = 0; q < MOE_MAX_TOPK; q++)
             if (q == j)
                 wk[q] = p;
-        if (lane == 0)
+        if (lane == 0) {
             ids[(size_t)t * k + j] = bi;
+            if (picks)
+                atomicAdd(&picks[bi], 1u);
+        }
     }
     if (lane != 0)
         return;
@@ -105,14 +108,14 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS)
 }
 
 extern "C" int launch_moe_route(launch_ctx *c, const float *logits, int ld, int n, int E, int k, bool renorm,
-                                int32_t *ids, float *w)
+                                int32_t *ids, float *w, uint32_t *picks)
 {
     if (!logits || !ids || !w || n <= 0 || E <= 0 || E > MOE_MAX_EXPERTS || k <= 0 || k > MOE_MAX_TOPK || k > E ||
         ld < E)
         return launch_fail(c, "moe_route: bad arguments (n %d, experts %d, top %d, ld %d)", n, E, k, ld);
     const unsigned blocks = (unsigned)ceil_div(n, ROUTE_WARPS);
     cudaError_t e = launch_pdl(c, k_moe_route, dim3(blocks), dim3(32 * ROUTE_WARPS), 0, logits, ld, n, E, k, renorm,
-                               ids, w);
+                               ids, w, picks);
     if (e != cudaSuccess)
         return launch_fail(c, "moe_route: %s", cudaGetErrorString(e));
     return launch_check(c, "moe_route");
