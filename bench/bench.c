@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--kv TYPE] [--trace FILE.json] [--trace-svg FILE.svg]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--expert-cache SIZE] [--kv TYPE] [--trace FILE.json] [--trace-svg FILE.svg]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode), so
@@ -75,6 +75,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--reps") && v && !cli_parse_long(v, 1, 1000, &l)) {
             reps = (int)l;
             i++;
+        } else if (!strcmp(a, "--expert-cache") && v && !cli_parse_size(v, &mp.expert_cache)) {
+            i++;
         } else if (!strcmp(a, "--vram") && v && !cli_parse_size(v, &mp.vram_budget)) {
             i++;
         } else if (!strcmp(a, "--quant") && v && !cli_parse_quant(v, &mp.quant)) {
@@ -108,12 +110,12 @@ int main(int argc, char **argv)
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--expert-cache SIZE] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--expert-cache SIZE] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
         return 2;
     }
     char err[512] = "";

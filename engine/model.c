@@ -377,6 +377,7 @@ engine_status engine_model_load(const char *path, const engine_model_params *par
     m->host_layers = p.host_layers;
     m->moe_cpu = p.moe_cpu > 0 ? p.moe_cpu : 0;
     m->moe_host = p.moe_host; /* checked by the plan (CUDA only) */
+    m->expert_cache = p.expert_cache;
     m->hbm_gbps = p.hbm_gbps;
     m->pcie_gbps = p.pcie_gbps;
     m->device = have_gpu ? ENGINE_DEVICE_CUDA : ENGINE_DEVICE_CPU;

@@ -179,6 +179,7 @@ struct engine_model {
     int host_layers;           /* CUDA: -1 auto, 0 none, N at most N computed on the CPU */
     int moe_cpu;               /* CUDA: the first N expert layers' experts in host memory (engine_model_params) */
     int moe_host;              /* CUDA: who runs decode's host experts (engine_moe_host)                    */
+    uint64_t expert_cache;     /* CUDA: device bytes for the expert cache (engine_model_params)             */
     double hbm_gbps, pcie_gbps; /* CUDA: bandwidths to plan with, GB/s; 0: measured (cuda/measure.c) */
     uint64_t n_params;
     uint64_t weight_bytes;     /* bytes of the weights as used (quantized size when quantized) */

@@ -80,6 +80,7 @@ typedef struct plan_in {
     int n_experts, n_used; /* experts an expert layer, of which a token runs */
     int n_ex_layers;       /* expert layers                                  */
     int moe_cpu;           /* the first this many expert layers keep no expert resident */
+    uint64_t cache;        /* device bytes kept for the expert cache                  */
     bool ex_gpu;           /* resident layers' host experts read by the GPU over PCIe for decode, not run by
                               the CPU (engine_moe_host)                                                   */
 } plan_in;
@@ -271,7 +272,8 @@ out:
 static void fit(const plan_in *in, plan_state *s)
 {
     const uint64_t g = PLAN_GRANULARITY;
-    const uint64_t mapped = round_up(s->resident, g) + round_up(s->slots, g) + round_up(in->kv, g) + in->act;
+    const uint64_t mapped =
+        round_up(s->resident, g) + round_up(s->slots, g) + round_up(in->kv, g) + in->act + round_up(in->cache, g);
     s->device_total = in->context + mapped;
     /* arena_create rounds its budget down to the granularity. */
     const uint64_t arena = in->budget > in->context ? (in->budget - in->context) / g * g : 0;
@@ -563,6 +565,7 @@ static void fill_in(plan_in *in, const engine_model *m, const plan_weights *w, c
     in->n_experts = in->n_ex_layers > 0 ? c->n_experts : 0;
     in->n_used = in->n_ex_layers > 0 ? c->n_experts_used : 0;
     in->moe_cpu = p->moe_cpu < in->n_ex_layers ? p->moe_cpu : in->n_ex_layers;
+    in->cache = in->n_ex_layers > 0 ? p->expert_cache : 0;
     in->ex_gpu = p->moe_host == ENGINE_MOE_HOST_GPU ||
                  (p->moe_host == ENGINE_MOE_HOST_AUTO && !(p->host_gbps > 0 && p->host_gbps * 1e9 > in->pcie));
 }
@@ -791,6 +794,7 @@ engine_status engine_plan_create(const engine_model *m, const engine_plan_params
     t->n_layers_host = chosen.fits ? chosen.h : 0;
     t->host_per_token = chosen.fits ? chosen.hosted : 0;
     t->experts_host_gpu = in.ex_gpu;
+    t->expert_cache = in.cache;
     t->host_gbps = p.host_gbps;
     t->weights_resident = chosen.resident;
     t->weights_streamed = chosen.streamed;

@@ -182,6 +182,11 @@ typedef struct engine_model_params {
      * host memory (engine_moe_host): AUTO (default) the faster at the
      * measured rates, the GPU reading them over PCIe or the CPU. */
     int moe_host;
+    /* CUDA: device bytes for a cache of the routed experts the GPU reads
+     * from host memory, kept by how often and how lately the router picks
+     * them (docs/API.md, Streaming); taken from the budget before the
+     * experts are placed. 0 (default): none. */
+    uint64_t expert_cache;
 } engine_model_params;
 
 /*
@@ -579,6 +584,8 @@ typedef struct engine_plan_params {
     int moe_host;                     /* engine_moe_host: who runs decode's routed experts in host
                                          memory (AUTO: the GPU over PCIe unless host_gbps is the
                                          higher rate)                                                */
+    uint64_t expert_cache;            /* device bytes kept for the expert cache (as
+                                         engine_model_params.expert_cache); 0 = none                 */
 } engine_plan_params;
 
 /* One row of the plan: the embeddings, each layer in order, the output head. */
@@ -663,6 +670,8 @@ typedef struct engine_plan_totals {
     int experts_host_gpu;        /* 1: decode's GPU reads a token's picks among the host experts of
                                     resident layers over PCIe (counted in streamed_per_token); 0:
                                     the CPU runs them (host_per_token)                              */
+    uint64_t expert_cache;       /* device bytes kept for the expert cache (in device_total); the
+                                    bound does not count its hits                                  */
 } engine_plan_totals;
 
 /* The same plan with the layers quantized to another format (as --quant would). */
@@ -821,6 +830,12 @@ typedef struct engine_offload_report {
     uint64_t device_reserve;  /* what engine_device_reserve set aside at load          */
     engine_offload_times prefill; /* every batch evaluation since the session began  */
     engine_offload_times decode;  /* engine_session_offload's measured decode steps  */
+    /* Appended fields: the expert cache (engine_model_params.expert_cache), the model's. */
+    int expert_cache_slots;       /* experts it holds at once; 0: no cache             */
+    uint64_t expert_cache_bytes;  /* its device bytes                                  */
+    uint64_t expert_cache_hits;   /* picks of experts it may hold that found theirs in it,
+                                     since load (prompts' and decode's)                */
+    uint64_t expert_cache_misses; /* ... and that did not                              */
 } engine_offload_report;
 
 /*

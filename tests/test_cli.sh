@@ -135,6 +135,13 @@ grep -q '^keeps 8 of 16 experts resident, 8 in host memory: the CPU runs a token
   jq -e '.totals.experts_host_gpu == false and .totals.host_per_token > 0' >/dev/null ||
   fail "--moe-host cpu --json: not the CPU's"
 expect_error "--moe-host x" "bad value 'x' for --moe-host" "$INFER" "$MOE" --dry-run --vram 8G --moe-host x
+# --expert-cache: its bytes kept out of the placement and shown in the plan.
+"$INFER" "$MOE" --dry-run --vram 8G --ctx 64 --moe-cpu 1 --expert-cache 3M >"$T/out" 2>"$T/err" ||
+  fail "--expert-cache 3M exited $?: $(cat "$T/err")"
+grep -Eq '^  expert cache +3.0 MiB' "$T/out" || fail "--expert-cache: no line in the plan: $(grep -i cache "$T/out")"
+got=$("$INFER" "$MOE" --dry-run --vram 8G --ctx 64 --moe-cpu 1 --expert-cache 3M --json 2>/dev/null | jq '.totals.expert_cache')
+[ "$got" = "3145728" ] || fail "--expert-cache --json: $got"
+expect_error "--expert-cache x" "bad value 'x' for --expert-cache" "$INFER" "$MOE" --dry-run --vram 8G --expert-cache x
 # --report counts the router's picks: qwen3moe_f32 has expert layers 1 and 3 (16 experts, 4 a token); 5 prompt
 # tokens and 5 decoded ones (the sixth generated id is never evaluated) make 40 picks in each.
 Q3M=$ROOT/tests/data/models/qwen3moe_f32

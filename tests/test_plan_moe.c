@@ -217,6 +217,21 @@ static void test_qwen3_8g(void)
         if (!p)
             return;
         CHECK(!engine_plan_get_totals(p)->experts_host_gpu);
+        /* An expert cache is taken from the budget before the experts are placed. */
+        engine_plan_free(p);
+        pp.moe_host = ENGINE_MOE_HOST_AUTO, pp.host_gbps = 0.0, pp.expert_cache = 1 * GiB;
+        p = NULL;
+        CHECK_MSG(engine_plan_create(m, &pp, &p, err, sizeof err) == ENGINE_OK && p, "%s", err);
+        if (!p)
+            return;
+        t = engine_plan_get_totals(p);
+        check_invariants(p, s, ENGINE_QUANT_NF4_DQ, 0, "qwen3 8G, 1 GiB cache");
+        CHECK_MSG(t->expert_cache == 1 * GiB && t->device_total <= t->budget &&
+                      t->n_experts_resident < gpu.n_experts_resident &&
+                      (gpu.n_experts_resident - t->n_experts_resident) * expert_dev_bytes(s, ENGINE_QUANT_NF4_DQ) >=
+                          1 * GiB - 2 * 1048576 * (uint64_t)s->base.n_layers,
+                  "1 GiB cache: %d experts resident, %d without", t->n_experts_resident, gpu.n_experts_resident);
+        pp.expert_cache = 0;
         pp.moe_host = 3;
         engine_plan *bad = NULL;
         CHECK(engine_plan_create(m, &pp, &bad, err, sizeof err) == ENGINE_ERR_INVALID_ARG && !bad &&

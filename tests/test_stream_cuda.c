@@ -80,6 +80,7 @@ typedef struct run {
 
 /* Who runs decode's host experts in the runs that follow (engine_model_params.moe_host). */
 static int moe_host = ENGINE_MOE_HOST_AUTO;
+static uint64_t expert_cache = 0; /* engine_model_params.expert_cache of the runs that follow */
 
 static void check_budget(run *r, uint64_t budget, const char *what)
 {
@@ -89,6 +90,24 @@ static void check_budget(run *r, uint64_t budget, const char *what)
     if (budget)
         CHECK_MSG(u <= budget, "%s: %.1f MiB of device memory in use, budget %.1f MiB", what, u / (double)MiB,
                   budget / (double)MiB);
+}
+
+/* One routed expert's device bytes in the model at path, as the plan counts them (0 if it cannot say). */
+static uint64_t experts_bytes(const char *path, engine_quant q)
+{
+    engine_model_params mp = engine_model_default_params();
+    mp.device = ENGINE_DEVICE_CUDA;
+    mp.quant = q;
+    mp.n_threads = 2;
+    engine_model *m = NULL;
+    uint64_t b = 0;
+    if (engine_model_load(path, &mp, &m, NULL, 0) == ENGINE_OK && engine_model_plan(m)) {
+        const engine_plan *p = engine_model_plan(m);
+        for (size_t i = 0; i < engine_plan_n_entries(p) && b == 0; i++)
+            b = engine_plan_entry_at(p, i)->expert_bytes;
+    }
+    engine_model_free(m);
+    return b;
 }
 
 static void do_run(const char *path, engine_quant q, int min_streamed, int host_layers, uint64_t budget, int moe_cpu,
@@ -106,6 +125,7 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
     mp.vram_budget = budget;
     mp.moe_cpu = moe_cpu;
     mp.moe_host = moe_host;
+    mp.expert_cache = expert_cache;
     engine_model *m = NULL;
     engine_status st = engine_model_load(path, &mp, &m, err, sizeof err);
     if (st == ENGINE_ERR_UNSUPPORTED && strstr(err, "not yet supported on CUDA")) { /* see the top */
@@ -191,6 +211,11 @@ static void do_run(const char *path, engine_quant q, int min_streamed, int host_
     /* The measured report, then one more token: the measurement must not change what comes next. */
     engine_offload_report rep;
     CHECK(engine_session_offload(s, 3, &rep) == ENGINE_OK);
+    /* With a cache: it holds experts, and the decode steps' picks of host experts found some there. */
+    if (expert_cache > 0)
+        CHECK_MSG(rep.expert_cache_slots > 0 && rep.expert_cache_hits > 0 && rep.expert_cache_misses > 0,
+                  "%s: expert cache of %d slots: %llu hits, %llu misses", path, rep.expert_cache_slots,
+                  (unsigned long long)rep.expert_cache_hits, (unsigned long long)rep.expert_cache_misses);
     CHECK(rep.n_layers == info.n_layers && rep.n_layers_streamed == r->streamed && rep.n_layers_host == r->hosted);
     if (r->streamed > 0) {
         /* The plan counts each matrix padded to 256 bytes; the copies move the bytes themselves
@@ -333,7 +358,18 @@ static void check_model(const char *path, engine_quant q, bool stored_4bit, int 
         moe_host = ENGINE_MOE_HOST_GPU;
         do_run(path, q, 0, 0, 0, 1 << 20, &gpu_all);
         do_run(path, q, 0, 0, 0, 1, &gpu_one);
+        /* ... and with an expert cache of three experts, updated every second step: the swaps only move
+         * where the products read the same bytes, so still the resident run bitwise. */
+        run cached;
+        expert_cache = 3 * experts_bytes(path, q) + 4096;
+        setenv("ENGINE_EXPERT_CACHE_INTERVAL", "2", 1);
+        do_run(path, q, 0, 0, 0, 1 << 20, &cached);
+        unsetenv("ENGINE_EXPERT_CACHE_INTERVAL");
+        expert_cache = 0;
         moe_host = ENGINE_MOE_HOST_AUTO;
+        snprintf(what, sizeof what, "%s/moe-cache", qn);
+        compare(path, what, &res, &cached, 0.0, 0.0);
+        free_run(&cached);
         CHECK_MSG(!gpu_all.ok || (gpu_all.split > 0 && gpu_all.host_gpu), "%s: no split layer read by the GPU", path);
         snprintf(what, sizeof what, "%s/moe-gpu", qn);
         compare(path, what, &res, &gpu_all, 0.0, 0.0);

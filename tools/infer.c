@@ -75,6 +75,8 @@ static const char USAGE[] =
     "                        --n-cpu-moe; default 0: the plan\n"
     "                        keeps as many experts on the GPU as --vram holds, the rest on\n"
     "                        the host; more than the model's expert layers: all of them\n"
+    "  --expert-cache SIZE   of --vram, keep SIZE for a cache of the experts the GPU reads from\n"
+    "                        host memory, the most and most lately picked (default 0: none)\n"
     "  --moe-host WHO        who runs a token's picks among the experts in host memory for\n"
     "                        decode: gpu (read over PCIe where they lie), cpu, or auto\n"
     "                        (default: the faster at this machine's measured rates)\n"
@@ -253,6 +255,7 @@ static int print_plan(const char *path, const engine_model_params *mp, const eng
     pp.min_layers_streamed = mp->min_layers_streamed;
     pp.moe_cpu = mp->moe_cpu;
     pp.moe_host = mp->moe_host;
+    pp.expert_cache = mp->expert_cache;
     plan_bandwidths(&pp, mp, gpu);
     engine_plan *plan = NULL;
     engine_status st = engine_plan_create(m, &pp, &plan, err, sizeof err);
@@ -547,6 +550,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--vram")) {
             NEED_VALUE();
             if (cli_parse_size(v, &mp.vram_budget))
+                return bad_arg(a, v);
+        } else if (!strcmp(a, "--expert-cache")) {
+            NEED_VALUE();
+            if (cli_parse_size(v, &mp.expert_cache))
                 return bad_arg(a, v);
         } else if (!strcmp(a, "--gpu")) {
             NEED_VALUE();

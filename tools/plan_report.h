@@ -132,6 +132,9 @@ static inline void plan_print_text(FILE *f, const engine_plan *plan, const char 
     }
     fprintf(f, "  activations        %12s  (buffers, scratch, cuBLASLt workspace)\n",
             engine_format_bytes(t->activations, a, sizeof a));
+    if (t->expert_cache > 0)
+        fprintf(f, "  expert cache       %12s  (the most picked of the experts in host memory)\n",
+                engine_format_bytes(t->expert_cache, a, sizeof a));
     fprintf(f, "  CUDA context       %12s\n", engine_format_bytes(t->cuda_context, a, sizeof a));
     fprintf(f, "  total              %12s  of %s (2 MiB allocation units), %s free\n",
             engine_format_bytes(t->device_total, a, sizeof a), engine_format_bytes(t->budget, b, sizeof b),
@@ -234,7 +237,7 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             "\"pcie_source\":\"%s\",\"shared_gbps\":%.2f,\"kv_type\":\"%s\",\"kv_auto\":%s,"
             "\"kv_bytes_per_token\":%llu,\"full_ctx_tokens_per_second\":%.3f,\"n_batch\":%d,"
             "\"kv_window_layers\":%d,\"kv_ring_rows\":%d,\"n_expert_layers\":%d,\"n_experts\":%d,"
-            "\"n_experts_used\":%d,\"n_experts_resident\":%d,\"n_experts_host\":%d,\"experts_host_gpu\":%s,"
+            "\"n_experts_used\":%d,\"n_experts_resident\":%d,\"n_experts_host\":%d,\"experts_host_gpu\":%s,\"expert_cache\":%llu,"
             "\"max_ctx_by_kv\":{\"f32\":%d,\"f16\":%d,\"bf16\":%d,\"int8\":%d,\"fp8\":%d},\"gpu\":",
             (unsigned long long)t->weights_resident, (unsigned long long)t->weights_streamed,
             (unsigned long long)t->stream_buffers, (unsigned long long)t->kv_cache,
@@ -247,7 +250,7 @@ static inline void plan_print_json(FILE *f, const engine_plan *plan, const char 
             engine_kv_type_name(t->kv_type), t->kv_auto ? "true" : "false", (unsigned long long)t->kv_bytes_per_token,
             t->full_ctx_tokens_per_second, t->n_batch, t->kv_window_layers, t->kv_ring_rows, t->n_expert_layers,
             t->n_experts, t->n_experts_used, t->n_experts_resident, t->n_experts_host,
-            t->experts_host_gpu ? "true" : "false", t->max_ctx_by_kv[ENGINE_KV_F32],
+            t->experts_host_gpu ? "true" : "false", (unsigned long long)t->expert_cache, t->max_ctx_by_kv[ENGINE_KV_F32],
             t->max_ctx_by_kv[ENGINE_KV_F16], t->max_ctx_by_kv[ENGINE_KV_BF16], t->max_ctx_by_kv[ENGINE_KV_INT8],
             t->max_ctx_by_kv[ENGINE_KV_FP8]);
     cli_json_string(f, t->gpu_name, strlen(t->gpu_name));
@@ -302,6 +305,14 @@ static inline void offload_print_text(FILE *f, const engine_offload_report *r, d
             r->n_layers_streamed, r->n_layers, hosted, r->embeddings_on_host ? " (embeddings on the host)" : "",
             engine_format_bytes(r->bytes_per_token, a, sizeof a), engine_format_bytes(r->stream_buffers, b, sizeof b),
             engine_format_bytes(r->host_pinned, c, sizeof c), engine_format_bytes(r->device_reserve, d, sizeof d));
+    if (r->expert_cache_slots > 0) {
+        const uint64_t all = r->expert_cache_hits + r->expert_cache_misses;
+        fprintf(f, "expert cache: %d experts in %s, %llu of %llu picks of experts in host memory found theirs there "
+                   "(%.1f%%)\n",
+                r->expert_cache_slots, engine_format_bytes(r->expert_cache_bytes, a, sizeof a),
+                (unsigned long long)r->expert_cache_hits, (unsigned long long)all,
+                all ? 100.0 * (double)r->expert_cache_hits / (double)all : 0.0);
+    }
     if (r->n_layers_streamed == 0)
         return;
     offload_print_times(f, "prefill", &r->prefill, pcie_gbps);
@@ -329,7 +340,9 @@ static inline void offload_print_json(FILE *f, const engine_offload_report *r)
     offload_json_times(f, "prefill", &r->prefill);
     fputc(',', f);
     offload_json_times(f, "decode", &r->decode);
-    fputc('}', f);
+    fprintf(f, ",\"expert_cache\":{\"slots\":%d,\"bytes\":%llu,\"hits\":%llu,\"misses\":%llu}}",
+            r->expert_cache_slots, (unsigned long long)r->expert_cache_bytes, (unsigned long long)r->expert_cache_hits,
+            (unsigned long long)r->expert_cache_misses);
 }
 
 #endif

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expert_cache_cuda.h"
 #include "host_layers.h"
 #include "state.h"
 #include "stream.h"
@@ -664,6 +665,8 @@ static engine_status launch_step(engine_session *s, int32_t id, int pos, err_buf
         if (es)
             return es;
     }
+    if (expert_cache_tick(cs, s)) /* swaps queued before the step, outside any capture */
+        return cuda_launch_error(cs, e);
     cs->long_ctx = pos >= ATTN_STREAM_FROM;
     cudaGraphExec_t *g = id >= 0 ? &cs->graph[cs->long_ctx] : &cs->graph_fb[cs->long_ctx];
     if (!*g && capture(cs, s, id >= 0, g, e) != ENGINE_OK)

@@ -20,6 +20,7 @@
 #include "../trace.h"
 #include "measure.h"
 #include "state.h"
+#include "expert_cache_cuda.h"
 #include "stream.h"
 
 #define ALIGN 256
@@ -838,6 +839,7 @@ static engine_status plan_placement(cuda_model *cm, engine_model *m, uint64_t pl
     pp.min_layers_streamed = m->min_streamed;
     pp.moe_cpu = m->moe_cpu;
     pp.moe_host = m->moe_host;
+    pp.expert_cache = m->expert_cache;
     cuda_plan_bandwidths(&pp, m, plan_budget - cm->reserve); /* this device's, measured (measure.c) */
     char msg[ERR_MSG_MAX] = "";
     engine_status st = engine_plan_create(m, &pp, &cm->plan, msg, sizeof msg);
@@ -981,6 +983,8 @@ engine_status cuda_model_create(engine_model *m, uint64_t budget, cuda_model **o
         st = stream_emb_pointer(cm->sm, &m->tok_emb, &cm->tok_emb, e);
     if (!st && cm->sm && cm->sm->n_split > 0 && engine_plan_get_totals(cm->plan)->experts_host_gpu)
         st = expert_image(cm, m, e);
+    if (!st)
+        st = expert_slots_open(cm, m, e);
     if (!st && (ce = cudaGetLastError()) != cudaSuccess)
         st = err_set(e, ENGINE_ERR_CUDA, "weight upload: %s", cudaGetErrorString(ce));
     if (st) {
@@ -1007,6 +1011,7 @@ void cuda_model_free(cuda_model *cm)
 {
     if (!cm)
         return;
+    expert_slots_free(cm);
     if (cm->arena) {
         arena_free(cm->arena, cm->weights);
         arena_destroy(cm->arena);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expert_cache_cuda.h"
 #include "host_layers.h"
 #include "state.h"
 #include "stream.h"
@@ -139,6 +140,8 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->v_scale = scales ? (float *)((char *)cs->kv + 2 * one + scales) : NULL;
     layout(cs, s, cs->act_region);
     st = stream_session_create(cs, s, e);
+    if (!st)
+        st = expert_feed_open(cs, s, e);
     if (!st && cs->cm->sm && cs->cm->sm->n_hosted + cs->cm->sm->n_split > 0)
         st = host_layers_create(s, &cs->host, e);
     if (st) {
@@ -222,6 +225,7 @@ void cuda_session_free(cuda_session *cs)
         if (cs->step_done[i])
             cudaEventDestroy(cs->step_done[i]);
     stream_session_free(cs);
+    expert_feed_free(cs);
     host_layers_free(cs->host);
     launch_gemm_destroy(&cs->lc);
     if (cs->lc.stream)

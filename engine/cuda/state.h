@@ -98,6 +98,7 @@ struct cuda_model {
     gemv_expert *ex_offs; /* [n_layers * 2 * n_experts] host: the expert layers' ex_off; NULL without experts */
     engine_plan *plan;  /* the placement (engine_model_plan)               */
     uint64_t reserve;   /* device bytes left out of the budget for the CUDA context */
+    struct expert_slots *xc; /* the expert cache (expert_cache_cuda.c); NULL: none */
 };
 
 /*
@@ -158,6 +159,7 @@ struct cuda_session {
     float *moe_logits, *moe_w, *moe_gu, *moe_out, *moe_sh;
     int32_t *moe_ids, *moe_slot, *moe_tok, *moe_first;
     uint32_t *moe_picks;  /* [n_layers, E] device: each expert's picks (engine_session_expert_picks) */
+    struct expert_cache_feed *xf; /* this session's feed of the model's expert cache; NULL: none */
     void *moe_act, *moe_h;
     int32_t *h_moe_first; /* pinned host [2E + 1]: a prompt's groups (launch_moe_group), read back once a layer */
     int moe_pad;          /* plan_moe_pad                                */

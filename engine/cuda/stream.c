@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../trace.h"
+#include "expert_cache_cuda.h"
 #include "host_layers.h"
 #include "stream.h"
 
@@ -622,6 +623,9 @@ engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offloa
     memset(r, 0, sizeof *r);
     r->n_layers = s->model->cfg.n_layers;
     r->device_reserve = cm->reserve;
+    uint64_t slot_bytes = 0;
+    expert_cache_numbers(cm, &r->expert_cache_slots, &slot_bytes, &r->expert_cache_hits, &r->expert_cache_misses);
+    r->expert_cache_bytes = (uint64_t)r->expert_cache_slots * slot_bytes;
     if (!sm)
         return ENGINE_OK;
     r->n_layers_streamed = sm->n - sm->n_split; /* units that are whole layers */
