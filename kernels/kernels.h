@@ -126,6 +126,11 @@ void k_dequant_row(const k_weight *w, int r, int c0, int n, float *out);
  */
 void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y);
 
+/* The widest x86 vector set the CPU kernels may use where the CPU has it:
+ * 2 AVX-512 (default), 1 AVX2, 0 the portable loops; for tests, which run
+ * each path on a machine that has the wider ones. */
+void k_cpu_isa_cap(int cap);
+
 /*
  * y[n, w.rows] = x[n, w.cols] . w^T (+ bias[w.rows] when bias->data != NULL).
  * Quantized weights are decoded in registers/stack chunks and reused for

@@ -146,10 +146,27 @@ static void dequant_run(const k_weight *w, int r, int c0, int n, float *out, int
     }
 }
 
+/* The widest instruction set the kernels may use (k_cpu_isa_cap): 2 AVX-512, 1 AVX2, 0 neither. */
+static int isa_cap = 2;
+
+void k_cpu_isa_cap(int cap)
+{
+    isa_cap = cap;
+}
+
 static int have_avx2(void)
 {
 #ifdef K_HAVE_AVX2
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return isa_cap >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+static int have_avx512(void)
+{
+#ifdef K_HAVE_AVX2
+    return isa_cap >= 2 && __builtin_cpu_supports("avx512f");
 #else
     return 0;
 #endif
@@ -248,12 +265,44 @@ __attribute__((target("avx2,fma"))) static float row_dot4_avx2(const k_weight *w
 }
 #endif
 
+#ifdef K_HAVE_AVX2
+/* row_dot4_avx2 with 16 nibbles a step (blocks multiples of 16): the 8 bytes widened to one a lane, each
+ * lane's nibble shifted down, the 16-entry table looked up with one permute. */
+__attribute__((target("avx512f"))) static float row_dot4_avx512(const k_weight *w, int r, const float *x)
+{
+    /* Element 2j is the high nibble of byte j: lanes 2j and 2j + 1 both hold byte j. */
+    const __m512i shifts = _mm512_set_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    const __m512i mask = _mm512_set1_epi32(0x0f);
+    const __m512 table = _mm512_loadu_ps(w->code);
+    const uint8_t *p = (const uint8_t *)w->data + (size_t)r * w->cols / 2;
+    const int bs = w->block, nb = w->cols / bs;
+    const size_t b0 = (size_t)r * w->cols / bs;
+    __m512 acc = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512 part = _mm512_setzero_ps();
+        for (int k = 0; k < bs; k += 16) {
+            const __m128i bytes = _mm_loadl_epi64((const __m128i *)(p + (b * bs + k) / 2));
+            const __m512i lanes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
+            const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(lanes, shifts), mask);
+            part = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, table), _mm512_loadu_ps(x + b * bs + k), part);
+        }
+        acc = _mm512_fmadd_ps(part, _mm512_set1_ps(block_absmax(w, b0 + (size_t)b)), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+#endif
+
 void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y)
 {
     const int avx2 = have_avx2(), cols = w->cols;
 #ifdef K_HAVE_AVX2
-    const int fused = avx2 && (w->dtype == K_NF4 || w->dtype == K_FP4) && w->block % 8 == 0 && cols % w->block == 0;
-    if (fused) {
+    const int four = (w->dtype == K_NF4 || w->dtype == K_FP4) && cols % w->block == 0;
+    if (four && w->block % 16 == 0 && have_avx512()) {
+        for (int r = r0; r < r1; r++)
+            y[r - r0] = row_dot4_avx512(w, r, x);
+        return;
+    }
+    if (four && avx2 && w->block % 8 == 0) {
         for (int r = r0; r < r1; r++)
             y[r - r0] = row_dot4_avx2(w, r, x);
         return;
