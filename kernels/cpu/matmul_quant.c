@@ -281,7 +281,9 @@ __attribute__((target("avx512f"))) static float row_dot4_avx512(const k_weight *
     for (int b = 0; b < nb; b++) {
         __m512 part = _mm512_setzero_ps();
         for (int k = 0; k < bs; k += 16) {
-            const __m128i bytes = _mm_loadl_epi64((const __m128i *)(p + (b * bs + k) / 2));
+            uint64_t eight; /* a copy: p's bytes carry no vector alignment */
+            memcpy(&eight, p + (b * bs + k) / 2, 8);
+            const __m128i bytes = _mm_cvtsi64_si128((long long)eight);
             const __m512i lanes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
             const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(lanes, shifts), mask);
             part = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, table), _mm512_loadu_ps(x + b * bs + k), part);
