@@ -53,24 +53,28 @@ float k_quant_get(const k_weight *w, size_t i)
 }
 
 #ifdef K_HAVE_AVX2
-/* out[0..n) from the nibbles of elements i.. (i and n multiples of 8), one absmax. */
-__attribute__((target("avx2,fma"))) static void nibbles_avx2(const uint8_t *p, size_t i, size_t n, const float *code,
-                                                            float am, float *out)
+/* The codes of elements i .. i + 7 (i a multiple of 8), the table's halves in lo and hi. */
+__attribute__((target("avx2,fma"))) static inline __m256 codes8_avx2(const uint8_t *p, size_t i, __m256 lo, __m256 hi)
 {
     /* Element 2j is the high nibble of byte j: in a little-endian 32-bit
      * load of 4 bytes, elements 0..7 sit at bits 4, 0, 12, 8, 20, 16, 28, 24. */
     const __m256i shifts = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
-    const __m256i mask = _mm256_set1_epi32(0x0f);
+    uint32_t word;
+    memcpy(&word, p + i / 2, 4);
+    const __m256i idx =
+        _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), _mm256_set1_epi32(0x0f));
+    const __m256 a = _mm256_permutevar8x32_ps(lo, idx), b = _mm256_permutevar8x32_ps(hi, idx);
+    /* bit 3 of the index, moved to the sign bit, picks the upper half. */
+    return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+/* out[0..n) from the nibbles of elements i.. (i and n multiples of 8), one absmax. */
+__attribute__((target("avx2,fma"))) static void nibbles_avx2(const uint8_t *p, size_t i, size_t n, const float *code,
+                                                            float am, float *out)
+{
     const __m256 lo = _mm256_loadu_ps(code), hi = _mm256_loadu_ps(code + 8), scale = _mm256_set1_ps(am);
-    for (size_t k = 0; k < n; k += 8) {
-        uint32_t word;
-        memcpy(&word, p + (i + k) / 2, 4);
-        const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), mask);
-        const __m256 a = _mm256_permutevar8x32_ps(lo, idx), b = _mm256_permutevar8x32_ps(hi, idx);
-        /* bit 3 of the index, moved to the sign bit, picks the upper half. */
-        const __m256 v = _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
-        _mm256_storeu_ps(out + k, _mm256_mul_ps(v, scale));
-    }
+    for (size_t k = 0; k < n; k += 8)
+        _mm256_storeu_ps(out + k, _mm256_mul_ps(codes8_avx2(p, i + k, lo, hi), scale));
 }
 
 __attribute__((target("avx2,fma"))) static void int8_avx2(const int8_t *q, int n, float sc, float *out)
@@ -239,8 +243,6 @@ __attribute__((target("avx2,fma"))) static void dot4_avx2(float wf[][QCHUNK], in
  * nibbles decoded in registers and dotted with x, the sum scaled by the block's absmax. */
 __attribute__((target("avx2,fma"))) static float row_dot4_avx2(const k_weight *w, int r, const float *x)
 {
-    const __m256i shifts = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
-    const __m256i mask = _mm256_set1_epi32(0x0f);
     const __m256 lo = _mm256_loadu_ps(w->code), hi = _mm256_loadu_ps(w->code + 8);
     const uint8_t *p = (const uint8_t *)w->data + (size_t)r * w->cols / 2;
     const int bs = w->block, nb = w->cols / bs;
@@ -248,14 +250,8 @@ __attribute__((target("avx2,fma"))) static float row_dot4_avx2(const k_weight *w
     __m256 acc = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         __m256 part = _mm256_setzero_ps();
-        for (int k = 0; k < bs; k += 8) {
-            uint32_t word;
-            memcpy(&word, p + (b * bs + k) / 2, 4);
-            const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), mask);
-            const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
-                                              _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
-            part = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + b * bs + k), part);
-        }
+        for (int k = 0; k < bs; k += 8)
+            part = _mm256_fmadd_ps(codes8_avx2(p, (size_t)(b * bs + k), lo, hi), _mm256_loadu_ps(x + b * bs + k), part);
         acc = _mm256_fmadd_ps(part, _mm256_set1_ps(block_absmax(w, b0 + (size_t)b)), acc);
     }
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
