@@ -190,6 +190,8 @@ int main(int argc, char **argv)
         const double mean_pos = n_prompt + (n_gen - 1) / 2.0;
         const double kv_read = (double)mem.kv_cache / (n_prompt + n_gen) * mean_pos;
         double per_token = weights - (info.tied_embeddings ? 0.0 : emb) + kv_read;
+        if (info.n_experts > 0) /* on the CPU: a token's top-k of each layer's experts */
+            per_token -= (double)info.expert_bytes * (info.n_experts - info.n_experts_used) / info.n_experts;
         /* An expert model's token reads its top-k experts, not all of them: the plan's figures
          * (the device's bytes, and the host experts' the CPU reads or the GPU over PCIe). */
         const engine_plan *pl = on_gpu ? engine_model_plan(m) : NULL;

@@ -517,6 +517,11 @@ engine_status engine_model_get_info(const engine_model *m, engine_model_info *in
     info->head_dtype = dtype_label(m->lm_head.dtype);
     info->n_experts = m->cfg.n_experts;
     info->n_experts_used = m->cfg.n_experts > 0 ? m->cfg.n_experts_used : 0;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int x = 0; m->layers[l].experts && x < m->cfg.n_experts; x++) {
+            const moe_expert *ex = &m->layers[l].experts[x];
+            info->expert_bytes += k_weight_bytes(&ex->w_gate) + k_weight_bytes(&ex->w_up) + k_weight_bytes(&ex->w_down);
+        }
     return ENGINE_OK;
 }
 

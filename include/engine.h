@@ -241,6 +241,7 @@ typedef struct engine_model_info {
     /* Appended fields: */
     int n_experts;            /* routed experts of a mixture-of-experts layer; 0 for a dense model */
     int n_experts_used;       /* of which a token runs (top-k); 0 for a dense model */
+    uint64_t expert_bytes;    /* bytes of all routed experts' weights, of which a token reads its top-k; 0 if dense */
 } engine_model_info;
 
 ENGINE_API engine_status engine_model_get_info(const engine_model *model, engine_model_info *info);

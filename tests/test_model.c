@@ -272,6 +272,12 @@ static void test_fixture(const char *name, const char *cpu_only)
                  json_object_get(ref, "final_logits"), 1e-4);
     if (info.n_experts > 0)
         check_expert_picks(name, s, &info, (uint32_t)(np + ng));
+    /* The experts' bytes: some of the weights (every expert alike in size), none in a dense model. */
+    CHECK_MSG(info.n_experts > 0 ? info.expert_bytes > 0 && info.expert_bytes < info.weight_bytes &&
+                                       info.expert_bytes % (uint64_t)info.n_experts == 0
+                                 : info.expert_bytes == 0,
+              "%s: expert_bytes %llu of %llu", name, (unsigned long long)info.expert_bytes,
+              (unsigned long long)info.weight_bytes);
 
     /* Evaluating the prompt one token at a time gives the same logits as the batch. */
     engine_session_reset(s);

@@ -206,14 +206,19 @@ static void test_matmul(void)
                             s += (double)d[(size_t)r * cols + c] * x[(size_t)t * cols + c];
                         ref[(size_t)t * rows + r] = s;
                     }
-                for (int threads = 1; threads <= 2; threads++) {
-                    poison(y, (size_t)n * rows);
-                    k_ctx kc = {threads, NULL, 0};
-                    k_matmul(&kc, y, x, n, &q.w, with_bias ? &b : &none);
-                    const double err = rel_err(y, ref, (size_t)n * rows);
-                    CHECK_MSG(err < 1e-5, "%s n=%d %dx%d bias=%d threads=%d: rel err %g", q_spec_name(&SPECS[si]), n,
-                              rows, cols, with_bias, threads, err);
-                }
+                /* With every vector set this CPU has: one token's 4-bit product takes
+                 * k_matvec_rows's fused rows where AVX2 is there, else decodes in chunks. */
+                for (int cap = 2; cap >= 0; cap--)
+                    for (int threads = 1; threads <= 2; threads++) {
+                        k_cpu_isa_cap(cap);
+                        poison(y, (size_t)n * rows);
+                        k_ctx kc = {threads, NULL, 0};
+                        k_matmul(&kc, y, x, n, &q.w, with_bias ? &b : &none);
+                        const double err = rel_err(y, ref, (size_t)n * rows);
+                        CHECK_MSG(err < 1e-5, "%s n=%d %dx%d bias=%d threads=%d vector set %d: rel err %g",
+                                  q_spec_name(&SPECS[si]), n, rows, cols, with_bias, threads, cap, err);
+                    }
+                k_cpu_isa_cap(2);
                 /* k_matvec_rows: rows [1, rows) of the first token's product (fused in
                  * registers for 4-bit rows of whole blocks, decoded in chunks otherwise),
                  * with AVX-512, AVX2 and neither where this CPU has them. */

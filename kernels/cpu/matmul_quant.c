@@ -318,12 +318,25 @@ void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y)
     }
 }
 
+#define MATVEC_ROWS 16 /* rows a work item of one token's 4-bit product */
+
 void k_matmul_quant(const k_ctx *c, float *y, const float *x, int n, const k_weight *w)
 {
     const int avx2 = have_avx2();
     const int rows = w->rows, cols = w->cols;
     const int n_blocks = (rows + QROWS - 1) / QROWS;
     const int parallel = (double)n * rows * cols >= K_PARALLEL_MIN_WORK;
+    /* One token (decode) of 4-bit weights: each row decoded in registers and
+     * dotted at once (k_matvec_rows), with no buffer between. */
+    if (n == 1 && (w->dtype == K_NF4 || w->dtype == K_FP4) && cols % w->block == 0 && w->block % 8 == 0 && avx2) {
+        const int items = (rows + MATVEC_ROWS - 1) / MATVEC_ROWS;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (parallel)
+        for (int it = 0; it < items; it++) {
+            const int r0 = it * MATVEC_ROWS, r1 = r0 + MATVEC_ROWS < rows ? r0 + MATVEC_ROWS : rows;
+            k_matvec_rows(w, r0, r1, x, y + r0);
+        }
+        return;
+    }
 
 #pragma omp parallel for num_threads(c->n_threads) schedule(static) if (parallel)
     for (int b = 0; b < n_blocks; b++) {
