@@ -182,7 +182,7 @@ static void test_error_bounds(void)
 static void test_matmul(void)
 {
     const int shapes[][3] = {{1, 37, 200}, {1, 33, 1000}, {3, 64, 256}, {7, 19, 333}, {2, 130, 600}, {65, 9, 64},
-                             {1, 40, 2048}};
+                             {1, 40, 2048}, {1, 17, 5120}}; /* 5120: more columns than one rearranged chunk of x */
     for (size_t si = 0; si < sizeof SPECS / sizeof SPECS[0]; si++)
         for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
             for (int with_bias = 0; with_bias < 2; with_bias++) {

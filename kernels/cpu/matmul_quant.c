@@ -262,31 +262,53 @@ __attribute__((target("avx2,fma"))) static float row_dot4_avx2(const k_weight *w
 #endif
 
 #ifdef K_HAVE_AVX2
-/* row_dot4_avx2 with 16 nibbles a step (blocks multiples of 16): the 8 bytes widened to one a lane, each
- * lane's nibble shifted down, the 16-entry table looked up with one permute. */
-__attribute__((target("avx512f"))) static float row_dot4_avx512(const k_weight *w, int r, const float *x)
+#define XCHUNK 4096 /* columns of x rearranged at a time by matvec4_avx512 (16 KiB of stack) */
+
+/*
+ * Rows [r0, r1) of a 4-bit w (blocks multiples of 32, of at most XCHUNK
+ * columns, within rows) . x, with AVX-512: 16 bytes widened to one a lane
+ * give 32 elements at once, the high nibbles (even elements) by one shift
+ * and the low ones (odd) by one mask, each looked up in the 16-entry code
+ * table with one permute. x is rearranged once a chunk of columns into
+ * each 32's even then odd elements to match, so a row needs no shuffle of
+ * its own: three shuffles per 32 weights, where taking them in order
+ * needs six.
+ */
+__attribute__((target("avx512f"))) static void matvec4_avx512(const k_weight *w, int r0, int r1, const float *x,
+                                                              float *y)
 {
-    /* Element 2j is the high nibble of byte j: lanes 2j and 2j + 1 both hold byte j. */
-    const __m512i shifts = _mm512_set_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-    const __m512i mask = _mm512_set1_epi32(0x0f);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1)), mask = _mm512_set1_epi32(0x0f);
     const __m512 table = _mm512_loadu_ps(w->code);
-    const uint8_t *p = (const uint8_t *)w->data + (size_t)r * w->cols / 2;
-    const int bs = w->block, nb = w->cols / bs;
-    const size_t b0 = (size_t)r * w->cols / bs;
-    __m512 acc = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        __m512 part = _mm512_setzero_ps();
-        for (int k = 0; k < bs; k += 16) {
-            uint64_t eight; /* a copy: p's bytes carry no vector alignment */
-            memcpy(&eight, p + (b * bs + k) / 2, 8);
-            const __m128i bytes = _mm_cvtsi64_si128((long long)eight);
-            const __m512i lanes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(bytes, bytes));
-            const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(lanes, shifts), mask);
-            part = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, table), _mm512_loadu_ps(x + b * bs + k), part);
+    const int cols = w->cols, bs = w->block, chunk = XCHUNK / bs * bs;
+    float xs[XCHUNK];
+    for (int r = r0; r < r1; r++)
+        y[r - r0] = 0.0f;
+    for (int c0 = 0; c0 < cols; c0 += chunk) {
+        const int len = cols - c0 < chunk ? cols - c0 : chunk; /* whole blocks: cols % bs == 0 */
+        for (int c = 0; c < len; c += 32) {
+            const __m512 a = _mm512_loadu_ps(x + c0 + c), b = _mm512_loadu_ps(x + c0 + c + 16);
+            _mm512_storeu_ps(xs + c, _mm512_permutex2var_ps(a, even, b));
+            _mm512_storeu_ps(xs + c + 16, _mm512_permutex2var_ps(a, odd, b));
         }
-        acc = _mm512_fmadd_ps(part, _mm512_set1_ps(block_absmax(w, b0 + (size_t)b)), acc);
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *p = (const uint8_t *)w->data + ((size_t)r * cols + c0) / 2;
+            const size_t b0 = ((size_t)r * cols + c0) / bs;
+            __m512 acc = _mm512_setzero_ps();
+            for (int b = 0; b < len / bs; b++) {
+                __m512 hi = _mm512_setzero_ps(), lo = _mm512_setzero_ps();
+                for (int k = b * bs; k < (b + 1) * bs; k += 32) {
+                    const __m512i lanes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + k / 2)));
+                    hi = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(lanes, 4), table),
+                                         _mm512_loadu_ps(xs + k), hi);
+                    lo = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_and_si512(lanes, mask), table),
+                                         _mm512_loadu_ps(xs + k + 16), lo);
+                }
+                acc = _mm512_fmadd_ps(_mm512_add_ps(hi, lo), _mm512_set1_ps(block_absmax(w, b0 + (size_t)b)), acc);
+            }
+            y[r - r0] += _mm512_reduce_add_ps(acc);
+        }
     }
-    return _mm512_reduce_add_ps(acc);
 }
 #endif
 
@@ -295,9 +317,8 @@ void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y)
     const int avx2 = have_avx2(), cols = w->cols;
 #ifdef K_HAVE_AVX2
     const int four = (w->dtype == K_NF4 || w->dtype == K_FP4) && cols % w->block == 0;
-    if (four && w->block % 16 == 0 && have_avx512()) {
-        for (int r = r0; r < r1; r++)
-            y[r - r0] = row_dot4_avx512(w, r, x);
+    if (four && w->block % 32 == 0 && w->block <= XCHUNK && have_avx512()) {
+        matvec4_avx512(w, r0, r1, x, y);
         return;
     }
     if (four && avx2 && w->block % 8 == 0) {
