@@ -209,11 +209,20 @@ int main(int argc, char **argv)
                (unsigned long long)mem.weights_owned, (unsigned long long)mem.kv_cache,
                (unsigned long long)mem.activations);
         /* An expert model: decode against the plan's bound (its weights at the rates it prices them with). */
-        if (pt && pt->n_expert_layers > 0 && pt->tokens_per_second > 0)
+        if (pt && pt->n_expert_layers > 0 && pt->tokens_per_second > 0) {
+            /* With an expert cache: its picks since load (every repetition's prompts and decode). */
+            engine_offload_report oc;
+            if (engine_session_offload(s, 0, &oc) != ENGINE_OK)
+                memset(&oc, 0, sizeof oc);
+            const uint64_t looked = oc.expert_cache_hits + oc.expert_cache_misses;
             printf("{\"experts_resident\":%d,\"experts_host\":%d,\"experts_host_gpu\":%s,\"plan_bound_tok_s\":%.2f,"
-                   "\"decode_ratio\":%.3f}\n",
+                   "\"decode_ratio\":%.3f,\"expert_cache_slots\":%d,\"expert_cache_hits\":%llu,"
+                   "\"expert_cache_misses\":%llu,\"expert_cache_hit_rate\":%.3f}\n",
                    pt->n_experts_resident, pt->n_experts_host, pt->experts_host_gpu ? "true" : "false",
-                   pt->tokens_per_second, d / pt->tokens_per_second);
+                   pt->tokens_per_second, d / pt->tokens_per_second, oc.expert_cache_slots,
+                   (unsigned long long)oc.expert_cache_hits, (unsigned long long)oc.expert_cache_misses,
+                   looked ? (double)oc.expert_cache_hits / (double)looked : 0.0);
+        }
         /* Streamed layers: the measured copy/compute overlap, and decode against the PCIe bound of its bytes. */
         engine_offload_report off;
         if (on_gpu && engine_session_offload(s, 3, &off) == ENGINE_OK && off.n_layers_streamed > 0) {
