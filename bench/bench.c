@@ -2,7 +2,7 @@
  * bench.c: prefill and decode speed of one model through libengine, warmed
  * up and repeated, with the figures its bounds need.
  *
- *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--expert-cache SIZE] [--kv TYPE] [--trace FILE.json] [--trace-svg FILE.svg]
+ *   bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--threads N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--expert-cache SIZE] [--kv TYPE] [--trace FILE.json] [--trace-svg FILE.svg]
  *
  * Each repetition evaluates an N-token prompt of fixed pseudo-random ids in
  * one call (prefill), then generates --gen tokens greedily (decode), so
@@ -72,6 +72,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--ctx") && v && !cli_parse_long(v, 1, 1 << 22, &l)) {
             n_ctx = (int)l;
             i++;
+        } else if (!strcmp(a, "--threads") && v && !cli_parse_long(v, 1, 4096, &l)) {
+            mp.n_threads = (int)l; /* the CPU's threads (on CUDA, hosted work takes one fewer) */
+            i++;
         } else if (!strcmp(a, "--reps") && v && !cli_parse_long(v, 1, 1000, &l)) {
             reps = (int)l;
             i++;
@@ -110,12 +113,12 @@ int main(int argc, char **argv)
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--expert-cache SIZE] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
+            fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--threads N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--expert-cache SIZE] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--expert-cache SIZE] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
+        fprintf(stderr, "usage: bench MODEL [--device cpu|cuda] [--prompt N] [--gen N] [--reps N] [--threads N] [--ctx N] [--vram SIZE] [--quant TYPE] [--quant-head TYPE] [--stream-layers N] [--host-layers N] [--moe-cpu N] [--moe-host auto|cpu|gpu] [--expert-cache SIZE] [--kv TYPE] [--ids] [--trace FILE.json] [--trace-svg FILE.svg]\n");
         return 2;
     }
     char err[512] = "";
