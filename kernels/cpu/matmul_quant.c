@@ -312,6 +312,56 @@ __attribute__((target("avx512f"))) static void matvec4_avx512(const k_weight *w,
 }
 #endif
 
+#ifdef K_HAVE_AVX2
+/* Rows [r0, r1) of an int8 w (cols and group multiples of 16) . x: 16 values widened to fp32 a step,
+ * each group's sum scaled once. */
+__attribute__((target("avx512f"))) static void matvec8_avx512(const k_weight *w, int r0, int r1, const float *x,
+                                                              float *y)
+{
+    const int cols = w->cols, g = w->group, ng = (cols + g - 1) / g;
+    for (int r = r0; r < r1; r++) {
+        const int8_t *q = (const int8_t *)w->data + (size_t)r * cols;
+        const float *sc = w->scales + (size_t)r * ng;
+        __m512 acc = _mm512_setzero_ps();
+        for (int gi = 0; gi < ng; gi++) {
+            const int c1 = (gi + 1) * g < cols ? (gi + 1) * g : cols;
+            __m512 part = _mm512_setzero_ps();
+            for (int c = gi * g; c < c1; c += 16) {
+                const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + c)));
+                part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(x + c), part);
+            }
+            acc = _mm512_fmadd_ps(part, _mm512_set1_ps(sc[gi]), acc);
+        }
+        y[r - r0] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+/* matvec8_avx512 with 8 values a step (cols and group multiples of 8). */
+__attribute__((target("avx2,fma"))) static void matvec8_avx2(const k_weight *w, int r0, int r1, const float *x,
+                                                            float *y)
+{
+    const int cols = w->cols, g = w->group, ng = (cols + g - 1) / g;
+    for (int r = r0; r < r1; r++) {
+        const int8_t *q = (const int8_t *)w->data + (size_t)r * cols;
+        const float *sc = w->scales + (size_t)r * ng;
+        __m256 acc = _mm256_setzero_ps();
+        for (int gi = 0; gi < ng; gi++) {
+            const int c1 = (gi + 1) * g < cols ? (gi + 1) * g : cols;
+            __m256 part = _mm256_setzero_ps();
+            for (int c = gi * g; c < c1; c += 8) {
+                const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c)));
+                part = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(x + c), part);
+            }
+            acc = _mm256_fmadd_ps(part, _mm256_set1_ps(sc[gi]), acc);
+        }
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        y[r - r0] = _mm_cvtss_f32(s);
+    }
+}
+#endif
+
 void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y)
 {
     const int avx2 = have_avx2(), cols = w->cols;
@@ -319,6 +369,14 @@ void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y)
     const int four = (w->dtype == K_NF4 || w->dtype == K_FP4) && cols % w->block == 0;
     if (four && w->block % 32 == 0 && w->block <= XCHUNK && have_avx512()) {
         matvec4_avx512(w, r0, r1, x, y);
+        return;
+    }
+    if (w->dtype == K_I8 && cols % 16 == 0 && w->group % 16 == 0 && have_avx512()) {
+        matvec8_avx512(w, r0, r1, x, y);
+        return;
+    }
+    if (w->dtype == K_I8 && cols % 8 == 0 && w->group % 8 == 0 && avx2) {
+        matvec8_avx2(w, r0, r1, x, y);
         return;
     }
     if (four && avx2 && w->block % 8 == 0) {
@@ -347,9 +405,11 @@ void k_matmul_quant(const k_ctx *c, float *y, const float *x, int n, const k_wei
     const int rows = w->rows, cols = w->cols;
     const int n_blocks = (rows + QROWS - 1) / QROWS;
     const int parallel = (double)n * rows * cols >= K_PARALLEL_MIN_WORK;
-    /* One token (decode) of 4-bit weights: each row decoded in registers and
-     * dotted at once (k_matvec_rows), with no buffer between. */
-    if (n == 1 && (w->dtype == K_NF4 || w->dtype == K_FP4) && cols % w->block == 0 && w->block % 8 == 0 && avx2) {
+    /* One token (decode) of 4-bit or int8 weights: each row decoded in
+     * registers and dotted at once (k_matvec_rows), with no buffer between. */
+    const int fused4 = (w->dtype == K_NF4 || w->dtype == K_FP4) && cols % w->block == 0 && w->block % 8 == 0;
+    const int fused8 = w->dtype == K_I8 && cols % 8 == 0 && w->group % 8 == 0;
+    if (n == 1 && (fused4 || fused8) && avx2) {
         const int items = (rows + MATVEC_ROWS - 1) / MATVEC_ROWS;
 #pragma omp parallel for num_threads(c->n_threads) schedule(static) if (parallel)
         for (int it = 0; it < items; it++) {
