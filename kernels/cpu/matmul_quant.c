@@ -10,8 +10,9 @@
  * Decoding and the dot products have AVX2 versions chosen at run time
  * (8 nibbles expanded by variable shifts, the 16-entry code table looked up
  * with two permutes and a blend); the portable loops are the reference.
- * One token's rows (k_matvec_rows) decode 4-bit blocks in registers and dot
- * them at once, with no buffer between.
+ * One token's rows (k_matvec_rows, and k_matmul_quant for one token)
+ * decode 4-bit blocks or int8 groups in registers and dot them at once,
+ * with no buffer between.
  */
 #include <omp.h>
 #include <string.h>
@@ -397,7 +398,7 @@ void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y)
     }
 }
 
-#define MATVEC_ROWS 16 /* rows a work item of one token's 4-bit product */
+#define MATVEC_ROWS 16 /* rows a work item of one token's fused product */
 
 void k_matmul_quant(const k_ctx *c, float *y, const float *x, int n, const k_weight *w)
 {
