@@ -14,11 +14,8 @@
 #include "../kernels.h"
 #include "dtype.h"
 #include "quant_cpu.h"
+#include "simd.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define K_HAVE_AVX2 1
-#endif
 
 #define ROWS_PER_BLOCK 4
 
@@ -90,14 +87,6 @@ __attribute__((target("avx2,fma,f16c"))) static inline __m256 load8_avx2(const v
     if (t == K_F16)
         return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-__attribute__((target("avx2,fma,f16c"))) static inline float hsum_avx2(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* Up to 4 rows at once so each load of x feeds 4 FMAs. */

@@ -20,11 +20,8 @@
 #include "../kernels.h"
 #include "dtype.h"
 #include "quant_cpu.h"
+#include "simd.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define K_HAVE_AVX2 1
-#endif
 
 #define QROWS 4     /* rows decoded together: one x load feeds 4 products */
 #define QCHUNK 256  /* columns decoded per step: 4 x 256 floats = 4 KiB   */
@@ -228,10 +225,7 @@ __attribute__((target("avx2,fma"))) static void dot4_avx2(float wf[][QCHUNK], in
             a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(wf[r] + i), xv, a[r]);
     }
     for (int r = 0; r < nr; r++) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(a[r]), _mm256_extractf128_ps(a[r], 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        float v = _mm_cvtss_f32(s);
+        float v = hsum_avx2(a[r]);
         for (int j = i; j < len; j++)
             v += wf[r][j] * x[j];
         acc[r] = v;
@@ -255,10 +249,7 @@ __attribute__((target("avx2,fma"))) static float row_dot4_avx2(const k_weight *w
             part = _mm256_fmadd_ps(codes8_avx2(p, (size_t)(b * bs + k), lo, hi), _mm256_loadu_ps(x + b * bs + k), part);
         acc = _mm256_fmadd_ps(part, _mm256_set1_ps(block_absmax(w, b0 + (size_t)b)), acc);
     }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    return hsum_avx2(acc);
 }
 #endif
 
@@ -355,34 +346,36 @@ __attribute__((target("avx2,fma"))) static void matvec8_avx2(const k_weight *w, 
             }
             acc = _mm256_fmadd_ps(part, _mm256_set1_ps(sc[gi]), acc);
         }
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        y[r - r0] = _mm_cvtss_f32(s);
+        y[r - r0] = hsum_avx2(acc);
     }
 }
 #endif
+
+/* Whether k_matvec_rows decodes w's rows in registers (AVX2 at least; AVX-512 where the widths allow):
+ * 4-bit rows of whole blocks of 8k, int8 rows and groups of 8k; else it decodes chunks into a buffer. */
+static int rows_fused(const k_weight *w, int avx2)
+{
+    if (w->dtype == K_I8)
+        return avx2 && w->cols % 8 == 0 && w->group % 8 == 0;
+    return avx2 && (w->dtype == K_NF4 || w->dtype == K_FP4) && w->block % 8 == 0 && w->cols % w->block == 0;
+}
 
 void k_matvec_rows(const k_weight *w, int r0, int r1, const float *x, float *y)
 {
     const int avx2 = have_avx2(), cols = w->cols;
 #ifdef K_HAVE_AVX2
-    const int four = (w->dtype == K_NF4 || w->dtype == K_FP4) && cols % w->block == 0;
-    if (four && w->block % 32 == 0 && w->block <= XCHUNK && have_avx512()) {
-        matvec4_avx512(w, r0, r1, x, y);
-        return;
-    }
-    if (w->dtype == K_I8 && cols % 16 == 0 && w->group % 16 == 0 && have_avx512()) {
-        matvec8_avx512(w, r0, r1, x, y);
-        return;
-    }
-    if (w->dtype == K_I8 && cols % 8 == 0 && w->group % 8 == 0 && avx2) {
-        matvec8_avx2(w, r0, r1, x, y);
-        return;
-    }
-    if (four && avx2 && w->block % 8 == 0) {
-        for (int r = r0; r < r1; r++)
-            y[r - r0] = row_dot4_avx2(w, r, x);
+    if (rows_fused(w, avx2)) {
+        if (w->dtype == K_I8) {
+            if (cols % 16 == 0 && w->group % 16 == 0 && have_avx512())
+                matvec8_avx512(w, r0, r1, x, y);
+            else
+                matvec8_avx2(w, r0, r1, x, y);
+        } else if (w->block % 32 == 0 && w->block <= XCHUNK && have_avx512()) {
+            matvec4_avx512(w, r0, r1, x, y);
+        } else {
+            for (int r = r0; r < r1; r++)
+                y[r - r0] = row_dot4_avx2(w, r, x);
+        }
         return;
     }
 #endif
@@ -408,9 +401,7 @@ void k_matmul_quant(const k_ctx *c, float *y, const float *x, int n, const k_wei
     const int parallel = (double)n * rows * cols >= K_PARALLEL_MIN_WORK;
     /* One token (decode) of 4-bit or int8 weights: each row decoded in
      * registers and dotted at once (k_matvec_rows), with no buffer between. */
-    const int fused4 = (w->dtype == K_NF4 || w->dtype == K_FP4) && cols % w->block == 0 && w->block % 8 == 0;
-    const int fused8 = w->dtype == K_I8 && cols % 8 == 0 && w->group % 8 == 0;
-    if (n == 1 && (fused4 || fused8) && avx2) {
+    if (n == 1 && rows_fused(w, avx2)) {
         const int items = (rows + MATVEC_ROWS - 1) / MATVEC_ROWS;
 #pragma omp parallel for num_threads(c->n_threads) schedule(static) if (parallel)
         for (int it = 0; it < items; it++) {
