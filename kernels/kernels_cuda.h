@@ -106,6 +106,14 @@ int launch_rmsnorm(launch_ctx *c, void *y, k_dtype yt, const float *x, const flo
 int launch_residual_add(launch_ctx *c, float *x, float *y, const float *w, int n, int dim, float eps, float mult);
 
 /*
+ * The device's clock (%globaltimer, ns) at a point of a traced decode step,
+ * written once the kernel before has finished: to ring[(*pos - back) % 2 *
+ * per_step + slot] (mapped host memory; the step's half, as the argmax
+ * ring's), or with pos NULL to ring[slot] (the host's calibration).
+ */
+int launch_stamp(launch_ctx *c, uint64_t *ring, const int32_t *pos, int back, int slot, int per_step);
+
+/*
  * The head's logits x[n] in place: x *= mult (Granite's 1 / logits_scaling),
  * then x = cap * tanh(x / cap) where cap > 0 (Gemma 2's final soft-capping).
  */

@@ -38,9 +38,22 @@ gpu=$(tid_of "GPU compute") copy=$(tid_of "GPU copy engine") cpu=$(tid_of "CPU, 
 [ "$gpu" -ge 0 ] && [ "$copy" -ge 0 ] && [ "$cpu" -ge 0 ] ||
   fail "tracks missing: GPU compute $gpu, GPU copy engine $copy, CPU hosted layers $cpu"
 L=$(jq -r '.metadata.model | capture(", (?<n>[0-9]+) layers") | .n' "$J")
-jq -e --argjson t "$gpu" --argjson L "${L:-0}" '[.traceEvents[] | select(.ph == "X" and .tid == $t) | .name] | unique
-       == ([range($L)] | map("layer \(.)") | sort)' "$J" >/dev/null ||
+jq -e --argjson t "$gpu" --argjson L "${L:-0}" '[.traceEvents[] | select(.ph == "X" and .tid == $t and .cat == "layer"
+       and .name != "head") | .name] | unique == ([range($L)] | map("layer \(.)") | sort)' "$J" >/dev/null ||
   fail "the GPU compute track does not hold each of the $L layers"
+# Every decode step through the graph, stamped on the device: a "GPU decode step" span holding its L layers and
+# the head (trace_check's 5% test: they add up to it), one per position, as many as the host's decode steps.
+out=$(jq -r --argjson t "$gpu" --argjson L "${L:-0}" '[.traceEvents[] | select(.ph == "X")] as $x
+  | [$x[] | select(.tid == $t and .name == "GPU decode step")] as $g
+  | ([$x[] | select(.name == "decode step")] | length) as $host
+  | if ($g | length) == 0 then "no GPU decode step spans"
+    elif ($g | length) < $host - 2 then "\($g | length) GPU decode steps for \($host) on the host"
+    elif ([$g[].args.pos] | unique | length) != ($g | length) then "GPU decode steps repeat a position"
+    else ($g[] as $s | [$x[] | select(.tid == $t and .cat == "layer" and .ts >= $s.ts - 0.001
+                                and .ts + .dur <= $s.ts + $s.dur + 0.001)] | length as $n
+          | select($n != $L + 1) | "GPU decode step at pos \($s.args.pos) holds \($n) spans, want \($L + 1)")
+    end' "$J" | head -n 3)
+[ -z "$out" ] || fail "stamped decode steps: $out"
 jq -e --argjson t "$copy" 'any(.traceEvents[]; .ph == "X" and .tid == $t and .cat == "copy" and .args.bytes > 0)' "$J" \
   >/dev/null || fail "no copies with their bytes on the copy engine's track"
 # The CPU's halves: in time order q/k/v, o + ffn, q/k/v, ... of one layer, at least one pair a decode step.

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../trace.h"
 #include "expert_cache_cuda.h"
 #include "host_layers.h"
 #include "state.h"
@@ -400,6 +401,19 @@ static int attend(cuda_session *cs, const engine_session *s, const rope_qkv_args
                         : launch_attention_decode(&cs->lc, ra, cs->att, window, cs->n_splits);
 }
 
+/* Stamps a decode step makes: each layer's start, the head's, the step's end. */
+static int stamps_per_step(const engine_session *s)
+{
+    return s->model->cfg.n_layers + 2;
+}
+
+/* Stamp slot of the step being captured (back: 1 once the argmax has moved the position on). */
+static int stamp(cuda_session *cs, const engine_session *s, int slot, int back)
+{
+    return cs->stamping ? launch_stamp(&cs->lc, cs->d_stamps, cs->step + STEP_POS, back, slot, stamps_per_step(s))
+                        : 0;
+}
+
 /*
  * One token: every launch here is captured into the decode graph. fed: the
  * step before left this one's input (argmax_feed: the token embedded in x,
@@ -429,6 +443,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         const bool last = l + 1 == c->n_layers;
         const cuda_mat *reader = last ? &cs->cm->lm_head : &cs->layers[l + 1].wqkv;
         const float *next_norm = last ? cs->cm->out_norm : cs->layers[l + 1].attn_norm;
+        TRY(stamp(cs, s, l, 0));
         TRY(stream_before_layer(cs, l));
         rope_qkv_args ra = rope_args(cs, s, l, 1);
         if (stream_hosted(cs, l)) { /* the CPU's products around the GPU's attention */
@@ -478,7 +493,9 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
             TRY(residual(cs, s, down_out, D->ffn_post_norm, 1));
         TRY(stream_after_layer(cs, l));
     }
+    TRY(stamp(cs, s, c->n_layers, 0));
     TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
+    TRY(stamp(cs, s, c->n_layers + 1, 1));
     return stream_end(cs);
 }
 
@@ -562,7 +579,9 @@ static engine_status capture(cuda_session *cs, const engine_session *s, bool hos
         return err_set(e, ENGINE_ERR_CUDA, "CUDA graph capture: %s", cudaGetErrorString(ce));
     if (host_input)
         cudaMemcpyAsync(cs->step, cs->h_step, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, st);
+    cs->stamping = cs->graphs_stamped;
     int rc = decode_launches(cs, s, !host_input);
+    cs->stamping = false;
     ce = cudaStreamEndCapture(st, &g);
     if (rc != 0) {
         if (g)
@@ -640,6 +659,81 @@ static engine_status longrope_select(engine_session *s, int pos0, int end, err_b
 }
 
 /*
+ * The decode graphs carry stamps while a trace is attached, and none
+ * otherwise: on a change the queued work is waited for and the graphs go,
+ * captured again when next used. Turning them on makes the ring the first
+ * time and calibrates the device's clock against the host's monotonic one
+ * (the trace's): a stamp alone on the idle stream between two readings.
+ */
+static engine_status stamps_follow_trace(engine_session *s, err_buf *e)
+{
+    cuda_session *cs = s->cuda;
+    const bool want = s->trace != NULL;
+    if (want == cs->graphs_stamped)
+        return ENGINE_OK;
+    const int per = stamps_per_step(s);
+    cudaError_t ce = cudaStreamSynchronize(cs->lc.stream);
+    for (int i = 0; ce == cudaSuccess && i < 2; i++) {
+        if (cs->graph[i])
+            cudaGraphExecDestroy(cs->graph[i]);
+        if (cs->graph_fb[i])
+            cudaGraphExecDestroy(cs->graph_fb[i]);
+        cs->graph[i] = cs->graph_fb[i] = NULL;
+    }
+    if (ce == cudaSuccess && want && !cs->h_stamps) {
+        ce = cudaHostAlloc((void **)&cs->h_stamps, (2 * (size_t)per + 1) * sizeof(uint64_t), cudaHostAllocMapped);
+        if (ce == cudaSuccess)
+            ce = cudaHostGetDevicePointer((void **)&cs->d_stamps, cs->h_stamps, 0);
+        if (ce != cudaSuccess && cs->h_stamps) {
+            cudaFreeHost(cs->h_stamps);
+            cs->h_stamps = cs->d_stamps = NULL;
+        }
+    }
+    if (ce == cudaSuccess && want) {
+        const double t0 = model_seconds();
+        if (launch_stamp(&cs->lc, cs->d_stamps, NULL, 0, 2 * per, 2 * per + 1))
+            return cuda_launch_error(cs, e);
+        ce = cudaStreamSynchronize(cs->lc.stream);
+        const double t1 = model_seconds();
+        const volatile uint64_t *ring = cs->h_stamps;
+        cs->stamp_offset_us = (t0 + t1) * 0.5e6 - (double)ring[2 * per] * 1e-3;
+    }
+    if (ce != cudaSuccess)
+        return err_set(e, ENGINE_ERR_CUDA, "CUDA: the decode step's stamps: %s", cudaGetErrorString(ce));
+    cs->graphs_stamped = want;
+    cs->stamp_pending[0] = cs->stamp_pending[1] = false;
+    return ENGINE_OK;
+}
+
+/*
+ * The decode step at pos is done: where it ran a stamped graph, its spans
+ * on the GPU's track, placed by the device's clock. The step's span holds
+ * its layers' and the head's, which tile it (each from its stamp to the
+ * next), so they nest and add up; the steps follow one another on the
+ * stream and so do not overlap.
+ */
+static void trace_gpu_step(cuda_session *cs, const engine_session *s, int pos)
+{
+    if (!cs->stamp_pending[pos & 1])
+        return;
+    cs->stamp_pending[pos & 1] = false;
+    engine_trace *t = s->trace;
+    if (!t)
+        return;
+    const int L = s->model->cfg.n_layers;
+    const volatile uint64_t *g = cs->h_stamps + (size_t)(pos & 1) * stamps_per_step(s);
+    /* trace time = monotonic time - the trace's start; the stamps' monotonic time = ns / 1000 + offset. */
+    const double shift = cs->stamp_offset_us - (model_seconds() * 1e6 - trace_now(t));
+    const int tid = s->trace_gpu_tid;
+#define AT(i) ((double)g[i] * 1e-3 + shift)
+    trace_span_args(t, tid, "GPU decode step", -1, "step", AT(0), AT(L + 1) - AT(0), "pos", pos, NULL, 0);
+    for (int l = 0; l < L; l++)
+        trace_span_args(t, tid, "layer", l, "layer", AT(l), AT(l + 1) - AT(l), NULL, 0, NULL, 0);
+    trace_span_args(t, tid, "head", -1, "layer", AT(L), AT(L + 1) - AT(L), NULL, 0, NULL, 0);
+#undef AT
+}
+
+/*
  * Queue one decode step at position pos, of token id or (id < 0) of the
  * last step's argmax, and record its event. Nothing may be queued that has
  * not yet read h_step when id >= 0 (the graph's first copy reads it).
@@ -667,6 +761,9 @@ static engine_status launch_step(engine_session *s, int32_t id, int pos, err_buf
     }
     if (expert_cache_tick(cs, s)) /* swaps queued before the step, outside any capture */
         return cuda_launch_error(cs, e);
+    engine_status es = stamps_follow_trace(s, e);
+    if (es)
+        return es;
     cs->long_ctx = pos >= ATTN_STREAM_FROM;
     cudaGraphExec_t *g = id >= 0 ? &cs->graph[cs->long_ctx] : &cs->graph_fb[cs->long_ctx];
     if (!*g && capture(cs, s, id >= 0, g, e) != ENGINE_OK)
@@ -678,6 +775,7 @@ static engine_status launch_step(engine_session *s, int32_t id, int pos, err_buf
     cudaError_t ce = cudaGraphLaunch(*g, cs->lc.stream);
     if (ce == cudaSuccess)
         ce = cudaEventRecord(cs->step_done[pos & 1], cs->lc.stream);
+    cs->stamp_pending[pos & 1] = ce == cudaSuccess && cs->graphs_stamped;
     return ce == cudaSuccess ? ENGINE_OK : err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
 }
 
@@ -729,6 +827,8 @@ engine_status cuda_forward(engine_session *s, const int32_t *ids, int n, bool wa
         return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
     if (argmax)
         *argmax = n == 1 ? cs->h_step[STEP_RING + (s->n_past & 1)] : cs->h_step[STEP_ARGMAX];
+    if (n == 1)
+        trace_gpu_step(cs, s, s->n_past);
     s->n_past += n;
     session_wrote(s, s->n_past);
     return ENGINE_OK;
@@ -764,6 +864,7 @@ engine_status cuda_greedy_take(engine_session *s, int32_t *next, err_buf *e)
         cuda_greedy_drop(s);
         return err_set(e, ENGINE_ERR_CUDA, "CUDA: %s", cudaGetErrorString(ce));
     }
+    trace_gpu_step(cs, s, pos);
     s->tokens[pos] = cs->q_first_in;
     /* A step queued after this one takes this one's argmax as its input. */
     cs->q_first_in = *next = cs->h_step[STEP_RING + (pos & 1)];

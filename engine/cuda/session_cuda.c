@@ -234,6 +234,8 @@ void cuda_session_free(cuda_session *cs)
         cudaFreeHost(cs->h_ids);
     if (cs->h_step)
         cudaFreeHost(cs->h_step);
+    if (cs->h_stamps)
+        cudaFreeHost(cs->h_stamps);
     if (cs->h_cand_ids)
         cudaFreeHost(cs->h_cand_ids);
     if (cs->h_cand_vals)

@@ -179,6 +179,14 @@ struct cuda_session {
     int q_n;              /* 0..2                                        */
     int32_t q_first_in;   /* the oldest one's input token                */
     cudaEvent_t step_done[2]; /* recorded after the decode step at position p, in [p & 1] */
+    /* A traced session's decode graphs stamp the device's clock at each layer's start, the head's and
+     * the step's end (launch_stamp), into a pinned, mapped ring of [2][n_layers + 2] and a slot for
+     * calibration, read when a step is done: its spans on the GPU's track (trace_gpu_step). */
+    uint64_t *h_stamps, *d_stamps;
+    double stamp_offset_us; /* trace time (us) = globaltimer (ns) / 1000 + this  */
+    bool graphs_stamped;  /* the decode graphs were captured with stamps       */
+    bool stamping;        /* decode_launches is capturing a stamped graph       */
+    bool stamp_pending[2];/* [p & 1]: the step at p ran a stamped graph, not yet read */
     bool logits_stale;    /* the device logits are a dropped evaluation's */
 };
 
