@@ -226,12 +226,12 @@ static int cmp_window_dur(const void *a, const void *b)
 }
 
 /*
- * The step drawn zoomed: among the decode steps (those with the device's
- * spans in them when there are any; else the passes the GPU timed with no
- * host span, as --report's profiled decode steps are; else every decode
- * step; else the prompt passes), the first few left out (warming up), the
- * median by wall time. Its window reaches to the end of the device's work
- * in it.
+ * The step drawn zoomed: among the decode steps (the device's own, stamped
+ * in its decode graph, when there are any; else the host's with the
+ * device's spans in them; else the passes the GPU timed with no host span,
+ * as --report's profiled decode steps are; else every decode step; else
+ * the prompt passes), the first few left out (warming up), the median by
+ * wall time. Its window reaches to the end of the device's work in it.
  */
 int trace_pick_zoom(const trace_data *d, zoom *z)
 {
@@ -239,9 +239,9 @@ int trace_pick_zoom(const trace_data *d, zoom *z)
     if (!w)
         return -1;
     int n = 0;
-    const char *kinds[] = {"decode step", "prompt pass"};
-    for (int pass = 0; pass < 4 && n == 0; pass++) {
-        if (pass == 1) { /* the device's passes no host span holds: each starts at its "layer 0" */
+    const char *kinds[] = {"GPU decode step", "decode step", "decode step", "decode step", "prompt pass"};
+    for (int pass = 0; pass < 5 && n == 0; pass++) {
+        if (pass == 2) { /* the device's passes no host span holds: each starts at its "layer 0" */
             for (int i = 0; i < d->n_sp; i++) {
                 const span *s = &d->sp[i];
                 if (d->tr[s->track].kind != K_GPU)
@@ -266,14 +266,15 @@ int trace_pick_zoom(const trace_data *d, zoom *z)
             z->what = "passes timed on the GPU with no host span (--report's decode steps, perplexity's windows)";
             continue;
         }
-        const char *want = kinds[pass == 3];
         for (int i = 0; i < d->n_sp; i++) {
             const span *s = &d->sp[i];
-            if (!strcmp(s->cat, "step") && !strcmp(s->name, want) &&
-                (pass != 0 || has_gpu(d, s->ts, s->ts + s->dur)))
+            if (!strcmp(s->cat, "step") && !strcmp(s->name, kinds[pass]) &&
+                (pass != 1 || has_gpu(d, s->ts, s->ts + s->dur)))
                 w[n++] = (window){s->ts, s->ts + s->dur, s};
         }
-        z->what = pass == 0 ? "decode steps the GPU timed" : pass == 2 ? "decode steps" : "prompt passes";
+        const char *what[] = {"decode steps on the GPU (its graph's stamps)", "decode steps the GPU timed", NULL,
+                              "decode steps", "prompt passes"};
+        z->what = what[pass];
     }
     if (n == 0) {
         free(w);

@@ -401,17 +401,10 @@ static int attend(cuda_session *cs, const engine_session *s, const rope_qkv_args
                         : launch_attention_decode(&cs->lc, ra, cs->att, window, cs->n_splits);
 }
 
-/* Stamps a decode step makes: each layer's start, the head's, the step's end. */
-static int stamps_per_step(const engine_session *s)
-{
-    return s->model->cfg.n_layers + 2;
-}
-
 /* Stamp slot of the step being captured (back: 1 once the argmax has moved the position on). */
-static int stamp(cuda_session *cs, const engine_session *s, int slot, int back)
+static int stamp(cuda_session *cs, int slot, int back)
 {
-    return cs->stamping ? launch_stamp(&cs->lc, cs->d_stamps, cs->step + STEP_POS, back, slot, stamps_per_step(s))
-                        : 0;
+    return cs->stamping ? launch_stamp(&cs->lc, cs->d_stamps, cs->step + STEP_POS, back, slot, cs->stamp_per) : 0;
 }
 
 /*
@@ -427,6 +420,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
     const int dim = c->dim, qd = c->n_heads * c->head_dim, qkvd = qd + 2 * c->n_kv_heads * c->head_dim;
     const float eps = (float)c->rms_eps;
 
+    TRY(stamp(cs, STAMP_START(c->n_layers), 0));
     TRY(stream_begin(cs, s, 1, false, true));
     if (!fed) {
         /* The maxima the kernels post (max_slot) start at zero. */
@@ -443,7 +437,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         const bool last = l + 1 == c->n_layers;
         const cuda_mat *reader = last ? &cs->cm->lm_head : &cs->layers[l + 1].wqkv;
         const float *next_norm = last ? cs->cm->out_norm : cs->layers[l + 1].attn_norm;
-        TRY(stamp(cs, s, l, 0));
+        TRY(stamp(cs, l, 0));
         TRY(stream_before_layer(cs, l));
         rope_qkv_args ra = rope_args(cs, s, l, 1);
         if (stream_hosted(cs, l)) { /* the CPU's products around the GPU's attention */
@@ -493,9 +487,9 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
             TRY(residual(cs, s, down_out, D->ffn_post_norm, 1));
         TRY(stream_after_layer(cs, l));
     }
-    TRY(stamp(cs, s, c->n_layers, 0));
+    TRY(stamp(cs, c->n_layers, 0));
     TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
-    TRY(stamp(cs, s, c->n_layers + 1, 1));
+    TRY(stamp(cs, c->n_layers + 1, 1));
     return stream_end(cs);
 }
 
@@ -671,7 +665,7 @@ static engine_status stamps_follow_trace(engine_session *s, err_buf *e)
     const bool want = s->trace != NULL;
     if (want == cs->graphs_stamped)
         return ENGINE_OK;
-    const int per = stamps_per_step(s);
+    const int per = STAMP_COPY(s->model->cfg.n_layers, stream_decode_copies(cs));
     cudaError_t ce = cudaStreamSynchronize(cs->lc.stream);
     for (int i = 0; ce == cudaSuccess && i < 2; i++) {
         if (cs->graph[i])
@@ -690,6 +684,7 @@ static engine_status stamps_follow_trace(engine_session *s, err_buf *e)
         }
     }
     if (ce == cudaSuccess && want) {
+        cs->stamp_per = per;
         const double t0 = model_seconds();
         if (launch_stamp(&cs->lc, cs->d_stamps, NULL, 0, 2 * per, 2 * per + 1))
             return cuda_launch_error(cs, e);
@@ -721,16 +716,18 @@ static void trace_gpu_step(cuda_session *cs, const engine_session *s, int pos)
     if (!t)
         return;
     const int L = s->model->cfg.n_layers;
-    const volatile uint64_t *g = cs->h_stamps + (size_t)(pos & 1) * stamps_per_step(s);
+    const volatile uint64_t *g = cs->h_stamps + (size_t)(pos & 1) * cs->stamp_per;
     /* trace time = monotonic time - the trace's start; the stamps' monotonic time = ns / 1000 + offset. */
     const double shift = cs->stamp_offset_us - (model_seconds() * 1e6 - trace_now(t));
     const int tid = s->trace_gpu_tid;
 #define AT(i) ((double)g[i] * 1e-3 + shift)
-    trace_span_args(t, tid, "GPU decode step", -1, "step", AT(0), AT(L + 1) - AT(0), "pos", pos, NULL, 0);
+    trace_span_args(t, tid, "GPU decode step", -1, "step", AT(STAMP_START(L)), AT(L + 1) - AT(STAMP_START(L)),
+                    "pos", pos, NULL, 0);
     for (int l = 0; l < L; l++)
         trace_span_args(t, tid, "layer", l, "layer", AT(l), AT(l + 1) - AT(l), NULL, 0, NULL, 0);
     trace_span_args(t, tid, "head", -1, "layer", AT(L), AT(L + 1) - AT(L), NULL, 0, NULL, 0);
 #undef AT
+    stream_trace_stamped(cs, t, s->trace_copy_tid, g + STAMP_COPY(L, 0), shift);
 }
 
 /*

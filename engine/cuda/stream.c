@@ -400,23 +400,54 @@ static void set_kind(cuda_session *cs, const engine_session *s, int kind)
     }
 }
 
+/* The kind of a decode pass: hosted layers and split experts are copied in prompt passes only. */
+static int decode_kind(const stream_session *ss)
+{
+    return ss->sm->n_hosted + ss->sm->n_split > 0;
+}
+
+int stream_decode_copies(const cuda_session *cs)
+{
+    return cs->ss ? cs->ss->n_order[decode_kind(cs->ss)] : 0;
+}
+
+/* While a stamped decode graph is captured, the copy engine's clock at slot (forward_cuda.c's
+ * stamps): a one-thread kernel on the copy stream, before the copies' event, so that it runs before
+ * the unit is used, while the position it reads is the step's. */
+static int copy_stamp(cuda_session *cs, int slot)
+{
+    if (!cs->stamping)
+        return 0;
+    launch_ctx lc = cs->lc;
+    lc.stream = cs->ss->copy;
+    lc.fast[K_OP_PDL] = false;
+    if (launch_stamp(&lc, cs->d_stamps, cs->step + STEP_POS, 0, slot, cs->stamp_per) == 0)
+        return 0;
+    memcpy(cs->lc.err, lc.err, sizeof lc.err);
+    return -1;
+}
+
 /* Queue the copies of the pass's j-th unit (a layer or a head block) into its slot, once the unit
  * before it there is done. */
 static int copy_unit(cuda_session *cs, int j)
 {
     stream_session *ss = cs->ss;
     const stream_model *sm = ss->sm;
-    const int *order = ss->order[ss->kind], i = order[j];
+    const int *order = ss->order[ss->kind], i = order[j], L = ss->n_layers;
     char *slot = ss->slots + (uint64_t)(j % sm->n_slots) * ss->stride;
     cudaError_t ce = j >= sm->n_slots ? cudaStreamWaitEvent(ss->copy, ss->freed[order[j - sm->n_slots]], 0)
                                       : cudaSuccess;
     if (ce == cudaSuccess && ss->timing)
         ce = cudaEventRecord(ss->cb[i], ss->copy);
+    if (ce == cudaSuccess && copy_stamp(cs, STAMP_COPY(L, j)))
+        return -1;
     for (int k = sm->first[i]; k < sm->first[i + 1] && ce == cudaSuccess; k++)
         ce = cudaMemcpyAsync(slot + sm->copies[k].dst, sm->copies[k].src, sm->copies[k].bytes,
                              cudaMemcpyHostToDevice, ss->copy);
     if (ce == cudaSuccess && ss->timing)
         ce = cudaEventRecord(ss->ce[i], ss->copy);
+    if (ce == cudaSuccess && copy_stamp(cs, STAMP_COPY(L, j) + 1))
+        return -1;
     if (ce == cudaSuccess)
         ce = cudaEventRecord(ss->copied[i], ss->copy);
     return ce == cudaSuccess ? 0 : failed(cs, ce);
@@ -443,7 +474,7 @@ int stream_begin(cuda_session *cs, const engine_session *s, int tokens, bool tim
             stream_collect(cs, ss->pending_tokens, &ss->prefill);
         ss->pending_tokens = tokens;
     }
-    set_kind(cs, s, decode && ss->sm->n_hosted + ss->sm->n_split > 0 ? 1 : 0);
+    set_kind(cs, s, decode ? decode_kind(ss) : 0);
     if (ss->timing) {
         ss->timed_kind = ss->kind;
         ss->trace = s->trace;
@@ -544,6 +575,25 @@ int stream_end(cuda_session *cs)
     return ce == cudaSuccess ? 0 : failed(cs, ce);
 }
 
+/* Unit u's copy as a span on the copy engine's track. */
+static void trace_copy(engine_trace *t, int tid, const stream_model *sm, int u, double ts, double dur)
+{
+    const int layer = sm->layer_of[u];
+    trace_span_args(t, tid, layer < 0 ? "copy head block" : sm->split[u] ? "copy experts of layer" : "copy layer",
+                    layer >= 0 ? layer : u - sm->n, "copy", ts, dur, "bytes", (double)sm->bytes[u], NULL, 0);
+}
+
+void stream_trace_stamped(const cuda_session *cs, engine_trace *t, int tid, const volatile uint64_t *g, double shift)
+{
+    const stream_session *ss = cs->ss;
+    if (!ss)
+        return;
+    const int kind = decode_kind(ss);
+    for (int j = 0; j < ss->n_order[kind]; j++)
+        trace_copy(t, tid, ss->sm, ss->order[kind][j], (double)g[2 * j] * 1e-3 + shift,
+                   (double)(g[2 * j + 1] - g[2 * j]) * 1e-3);
+}
+
 /* Seconds from t0 to ev. */
 static double since(const stream_session *ss, cudaEvent_t ev)
 {
@@ -589,13 +639,8 @@ void stream_collect(cuda_session *cs, int tokens, stream_times *t)
         for (int l = 0; l < L; l++)
             trace_span_args(ss->trace, ss->gpu_tid, "layer", l, "layer", ss->t0_us + lb[l] * 1e6,
                             (le[l] - lb[l]) * 1e6, NULL, 0, NULL, 0);
-        for (int j = 0; j < n; j++) {
-            const int u = order[j], layer = sm->layer_of[u];
-            trace_span_args(ss->trace, ss->copy_tid,
-                            layer < 0 ? "copy head block" : sm->split[u] ? "copy experts of layer" : "copy layer",
-                            layer >= 0 ? layer : u - sm->n, "copy", ss->t0_us + cb[j] * 1e6, (cend[j] - cb[j]) * 1e6,
-                            "bytes", (double)sm->bytes[u], NULL, 0);
-        }
+        for (int j = 0; j < n; j++)
+            trace_copy(ss->trace, ss->copy_tid, sm, order[j], ss->t0_us + cb[j] * 1e6, (cend[j] - cb[j]) * 1e6);
     }
     free(cb);
     t->passes++;

@@ -158,6 +158,12 @@ int stream_head_done(cuda_session *cs, int b);
 
 /* After a timed pass has completed: add its figures to t. */
 void stream_collect(cuda_session *cs, int tokens, stream_times *t);
+/* The copies a decode pass queues (0: nothing streamed); while cs->stamping, each is stamped at
+ * STAMP_COPY(L, j) and the slot after (state.h). */
+int stream_decode_copies(const cuda_session *cs);
+/* A stamped decode step's copies as spans on the copy engine's track (tid): the step's stamps from
+ * STAMP_COPY(L, 0) at g, placed at g * 1e-3 + shift microseconds of trace time. */
+void stream_trace_stamped(const cuda_session *cs, engine_trace *t, int tid, const volatile uint64_t *g, double shift);
 
 /* The offload report of engine_session_offload (see engine.h). */
 engine_status cuda_offload_report(engine_session *s, int n_decode, engine_offload_report *r, err_buf *e);
