@@ -11,6 +11,8 @@
  *    compute overlap line is there;
  *  - decode steps the GPU did not time and three passes it timed alone (as
  *    --report's profiled steps are recorded): those passes are zoomed;
+ *  - decode steps through the graph with their "GPU decode step" spans (the
+ *    graph's stamps): the median of those is zoomed;
  *  - many sessions, long track and model names, one span of no length: no
  *    label's estimated box overlaps another or leaves the picture, in any;
  *  - bad input (not an object, no traceEvents, a span without dur, no
@@ -75,9 +77,10 @@ static json_t *finish(gen *g, const char *model, const char *device)
 }
 
 /* Llama-3.1-8B at 8 GiB as the GPU streams it: layers 0-12 resident, 13-31 streamed, five of those hosted in
- * decode. One decode step from t (microseconds), its durations scaled by slow; with gpu, the device's spans too.
- * Returns the step's end. */
-static double decode_step(gen *g, double t, double slow, int gpu, int host_span, int *step_event)
+ * decode. One decode step from t (microseconds), its durations scaled by slow; with gpu, the device's spans too;
+ * with gpu_step (the graph's stamps), a "GPU decode step" span holding them, its index there. Returns the step's
+ * end. */
+static double decode_step(gen *g, double t, double slow, int gpu, int host_span, int *step_event, int *gpu_step)
 {
     const int hosted[] = {15, 19, 23, 27, 31};
     double copy_t = t + 20, gpu_t = t + 30, copy_done[32] = {0};
@@ -109,15 +112,19 @@ static double decode_step(gen *g, double t, double slow, int gpu, int host_span,
         gpu_t = start + dur;
     }
     const double end = gpu_t + 40;
+    if (gpu_step)
+        *gpu_step = span(g, 3, "GPU decode step", "step", t + 20, gpu_t - (t + 20));
     if (host_span) {
         *step_event = span(g, 2, "decode step", "step", t, end - t);
     }
     return end;
 }
 
-/* The load, a prompt pass, n decode steps; gpu_steps: the GPU timed the decode steps; profiled: passes the GPU
- * timed alone after them (no host span). slow[i]: step i's scale. Returns the run's end. */
-static json_t *gpu_trace(int n, const double *slow, int gpu_steps, int profiled, int *events, int *prof_start)
+/* The load, a prompt pass, n decode steps; gpu_steps: the GPU timed the decode steps (stamped: in the graph, each
+ * with its "GPU decode step", whose indices go to gpu_events); profiled: passes the GPU timed alone after them (no
+ * host span). slow[i]: step i's scale. Returns the run's end. */
+static json_t *gpu_trace(int n, const double *slow, int gpu_steps, int profiled, int *events, int *prof_start,
+                         int *gpu_events)
 {
     gen g = {json_array()};
     track(&g, 1, "load");
@@ -144,13 +151,13 @@ static json_t *gpu_trace(int n, const double *slow, int gpu_steps, int profiled,
     t += 95100;
     counter2(&g, "KV cache positions", t, "filled", 512, "capacity", 4096);
     for (int i = 0; i < n; i++) {
-        t = decode_step(&g, t, slow[i], gpu_steps, 1, &events[i]) + 200;
+        t = decode_step(&g, t, slow[i], gpu_steps, 1, &events[i], gpu_events ? &gpu_events[i] : NULL) + 200;
         counter2(&g, "KV cache positions", t, "filled", 513 + i, "capacity", 4096);
         counter2(&g, "device memory", t, "mapped", 7.6e9, "budget", 8589934592.0);
     }
     *prof_start = (int)json_array_size(g.ev);
     for (int i = 0; i < profiled; i++)
-        t = decode_step(&g, t + 500, 1.0 + 0.01 * i, 1, 0, NULL) + 100;
+        t = decode_step(&g, t + 500, 1.0 + 0.01 * i, 1, 0, NULL, NULL) + 100;
     return finish(&g, "/data/models/Llama-3.1-8B (LlamaForCausalLM, 32 layers, bf16)", "cuda (NVIDIA H100 80GB HBM3)");
 }
 
@@ -219,7 +226,7 @@ static void test_timed_steps(void)
     for (int i = 3; i < N; i++)
         slow[i] = 1 + order[i - 3] / 100.0;
     int ev[N], prof;
-    json_t *root = gpu_trace(N, slow, 1, 0, ev, &prof);
+    json_t *root = gpu_trace(N, slow, 1, 0, ev, &prof, NULL);
     trace_svg_stats st;
     char *text = draw("gpu-timed.svg", root, "Synthetic: the shape of a streamed 8B decode", &st);
     int want = -1;
@@ -252,7 +259,7 @@ static void test_profiled_passes(void)
     for (int i = 0; i < N; i++)
         slow[i] = 1;
     int ev[N], prof;
-    json_t *root = gpu_trace(N, slow, 0, 3, ev, &prof);
+    json_t *root = gpu_trace(N, slow, 0, 3, ev, &prof, NULL);
     trace_svg_stats st;
     char *text = draw("gpu-profiled.svg", root, NULL, &st);
     CHECK_MSG(st.zoom_event == -1, "zoomed event %d: want a pass the GPU timed alone", st.zoom_event);
@@ -260,6 +267,36 @@ static void test_profiled_passes(void)
     CHECK(strstr(text, "pass 2 of the run's 3 passes timed on the GPU with no host span") != NULL);
     CHECK(count(text, "class=\"step\"") == N + 1);
     CHECK(count(text, "data-name=\"layer 31\"") == 1);
+    free(text);
+    json_decref(root);
+}
+
+/* Decode steps through the graph, stamped on the device: the zoom is the median "GPU decode step" after the first
+ * three, not a host step, with the device's, the copy engine's and the CPU's spans in it; slow host steps (a host
+ * that lags) do not move it. */
+static void test_stamped_steps(void)
+{
+    enum { N = 12 };
+    double slow[N];
+    const int order[N - 3] = {4, 0, 7, 2, 8, 1, 6, 3, 5}; /* the median of the nine: scale 1.04 */
+    slow[0] = slow[1] = slow[2] = 2;
+    for (int i = 3; i < N; i++)
+        slow[i] = 1 + order[i - 3] / 100.0;
+    int ev[N], gev[N], prof;
+    json_t *root = gpu_trace(N, slow, 1, 0, ev, &prof, gev);
+    trace_svg_stats st;
+    char *text = draw("gpu-stamped.svg", root, NULL, &st);
+    int want = -1;
+    for (int i = 3; i < N; i++)
+        if (order[i - 3] == 4)
+            want = gev[i];
+    CHECK_MSG(st.zoom_event == want, "zoomed event %d, want %d (the median GPU decode step after the first three)",
+              st.zoom_event, want);
+    CHECK(strstr(text, "One GPU decode step, zoomed") != NULL);
+    CHECK(strstr(text, "decode steps on the GPU (its graph's stamps)") != NULL);
+    CHECK(has_span(text, root, want, "span"));
+    CHECK(count(text, "data-name=\"copy layer 13\"") == 1 && count(text, "data-name=\"q/k/v of layer 15\"") == 1);
+    CHECK(count(text, "class=\"step\"") == 2 * N + 1); /* the host's and the device's, and the prompt pass */
     free(text);
     json_decref(root);
 }
@@ -362,10 +399,11 @@ int main(int argc, char **argv)
     }
     test_timed_steps();
     test_profiled_passes();
+    test_stamped_steps();
     test_crowded();
     test_bad_input();
     if (argc <= 1) {
-        const char *names[] = {"gpu-timed.svg", "gpu-profiled.svg", "crowded.svg", "array.svg"};
+        const char *names[] = {"gpu-timed.svg", "gpu-profiled.svg", "gpu-stamped.svg", "crowded.svg", "array.svg"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
             char p[4200];
             snprintf(p, sizeof p, "%s/%s", dir, names[i]);
