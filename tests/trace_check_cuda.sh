@@ -43,7 +43,8 @@ jq -e --argjson t "$gpu" --argjson L "${L:-0}" '[.traceEvents[] | select(.ph == 
   fail "the GPU compute track does not hold each of the $L layers"
 # Every decode step through the graph, stamped on the device: a "GPU decode step" span holding its L layers and
 # the head (trace_check's 5% test: they add up to it), one per position, as many as the host's decode steps, and
-# on the copy engine's track the streamed layers' copies, as many in each step.
+# on the copy engine's track the streamed layers' copies, as many in each step, each streamed layer holding its
+# wait for its copy.
 out=$(jq -r --argjson t "$gpu" --argjson c "$copy" --argjson L "${L:-0}" '[.traceEvents[] | select(.ph == "X")] as $x
   | [$x[] | select(.tid == $t and .name == "GPU decode step")] as $g
   | ([$x[] | select(.name == "decode step")] | length) as $host
@@ -55,7 +56,12 @@ out=$(jq -r --argjson t "$gpu" --argjson c "$copy" --argjson L "${L:-0}" '[.trac
           | select($n != $L + 1) | "GPU decode step at pos \($s.args.pos) holds \($n) spans, want \($L + 1)"),
          ([$g[] as $s | [$x[] | select(.tid == $c and .cat == "copy" and .ts >= $s.ts - 0.001
                                 and .ts + .dur <= $s.ts + $s.dur + 0.001)] | length] | unique
-          | select(length != 1 or .[0] == 0) | "GPU decode steps hold \(.) copies, want the same number > 0")
+          | select(length != 1 or .[0] == 0) | "GPU decode steps hold \(.) copies, want the same number > 0"),
+         (($g[0] as $s | [$x[] | select(.tid == $c and (.name | startswith("copy layer")) and .ts >= $s.ts - 0.001
+                                 and .ts + .dur <= $s.ts + $s.dur + 0.001)] | length) as $nc
+          | $g[] as $s | [$x[] | select(.tid == $t and .cat == "wait" and .ts >= $s.ts - 0.001
+                                 and .ts + .dur <= $s.ts + $s.dur + 0.001)] | length as $n
+          | select($n != $nc) | "GPU decode step at pos \($s.args.pos) holds \($n) copy waits for \($nc) layer copies")
     end' "$J" | head -n 3)
 [ -z "$out" ] || fail "stamped decode steps: $out"
 jq -e --argjson t "$copy" 'any(.traceEvents[]; .ph == "X" and .tid == $t and .cat == "copy" and .args.bytes > 0)' "$J" \

@@ -323,33 +323,69 @@ int trace_track_spans(const trace_data *d, int k, int *first)
     return i;
 }
 
-/* Time a track's outermost spans cover in [t0, t1) (they do not overlap: they nest). */
-double trace_busy(const trace_data *d, int k, double t0, double t1)
+/*
+ * A track's work as signed spans: its outermost spans, +1 each, where a
+ * step that holds spans gives way to them (a stamped "GPU decode step"
+ * holds the layers that are the work, waits and all), and its waits (cat
+ * "wait": a layer's wait for its copy, inside the layer), -1 each. Sums
+ * over them give the time a track worked. Returns the count in *out
+ * (malloc'd; NULL when none or out of memory).
+ */
+typedef struct signed_span {
+    double a, b;
+    int sign;
+} signed_span;
+
+static int track_work(const trace_data *d, int k, signed_span **out)
 {
-    int i, end = trace_track_spans(d, k, &i);
-    double sum = 0;
+    int i, end = trace_track_spans(d, k, &i), n = 0;
+    *out = end > i ? malloc((size_t)(end - i) * sizeof **out) : NULL;
+    if (!*out)
+        return 0;
+    double last_end = -1e300;
     for (; i < end; i++) {
         const span *sp = &d->sp[i];
-        const double a = sp->ts > t0 ? sp->ts : t0, b = sp->ts + sp->dur < t1 ? sp->ts + sp->dur : t1;
-        sum += sp->level == 0 && b > a ? b - a : 0;
+        if (!strcmp(sp->cat, "wait"))
+            (*out)[n++] = (signed_span){sp->ts, sp->ts + sp->dur, -1};
+        else if (sp->ts >= last_end - 1e-3 && /* not inside one taken */
+                 (strcmp(sp->cat, "step") || i + 1 == end || d->sp[i + 1].ts >= sp->ts + sp->dur - 1e-3)) {
+            (*out)[n++] = (signed_span){sp->ts, sp->ts + sp->dur, 1};
+            last_end = sp->ts + sp->dur;
+        }
     }
+    return n;
+}
+
+/* The part of [a, b) in [t0, t1). */
+static double clipped(double a, double b, double t0, double t1)
+{
+    a = a > t0 ? a : t0, b = b < t1 ? b : t1;
+    return b > a ? b - a : 0;
+}
+
+double trace_busy(const trace_data *d, int k, double t0, double t1)
+{
+    signed_span *w;
+    const int n = track_work(d, k, &w);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += w[i].sign * clipped(w[i].a, w[i].b, t0, t1);
+    free(w);
     return sum;
 }
 
-/* Time two tracks' outermost spans run at once in [t0, t1). */
 double trace_together(const trace_data *d, int k1, int k2, double t0, double t1)
 {
-    int i, j0, e1 = trace_track_spans(d, k1, &i), e2 = trace_track_spans(d, k2, &j0);
+    signed_span *x, *y;
+    const int nx = track_work(d, k1, &x), ny = track_work(d, k2, &y);
     double sum = 0;
-    for (; i < e1; i++)
-        for (int j = j0; j < e2; j++) {
-            const span *x = &d->sp[i], *y = &d->sp[j];
-            if (x->level || y->level)
-                continue;
-            double a = x->ts > y->ts ? x->ts : y->ts, b = x->ts + x->dur < y->ts + y->dur ? x->ts + x->dur : y->ts + y->dur;
-            a = a > t0 ? a : t0, b = b < t1 ? b : t1;
-            sum += b > a ? b - a : 0;
+    for (int i = 0; i < nx; i++)
+        for (int j = 0; j < ny; j++) {
+            const double a = x[i].a > y[j].a ? x[i].a : y[j].a, b = x[i].b < y[j].b ? x[i].b : y[j].b;
+            sum += x[i].sign * y[j].sign * clipped(a, b, t0, t1);
         }
+    free(x);
+    free(y);
     return sum;
 }
 

@@ -69,9 +69,10 @@ int trace_pick_zoom(const trace_data *d, zoom *z);
 int trace_overlaps(const span *s, double t0, double t1);
 /* The spans of track k: [*first, returned end) of d->sp (sorted by track). */
 int trace_track_spans(const trace_data *d, int k, int *first);
-/* Time a track's outermost spans cover in [t0, t1) (they nest, so they do not overlap). */
+/* Time a track worked in [t0, t1): its outermost spans that are not steps (they nest, so they do not overlap),
+ * less the waits in them (cat "wait": a layer's wait for its copy). */
 double trace_busy(const trace_data *d, int k, double t0, double t1);
-/* Time two tracks' outermost spans run at once in [t0, t1). */
+/* Time two tracks worked at once in [t0, t1), as trace_busy counts work. */
 double trace_together(const trace_data *d, int k1, int k2, double t0, double t1);
 
 #endif

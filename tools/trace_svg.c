@@ -200,6 +200,7 @@ static const char *cat_fill(const char *cat)
            : !strcmp(cat, "copy") ? "#dd8452"
            : !strcmp(cat, "host") ? "#55a868"
            : !strcmp(cat, "load") ? "#8172b3"
+           : !strcmp(cat, "wait") ? "#c8c8c8"
                                   : "#ccb974";
 }
 
@@ -436,10 +437,11 @@ static double draw_key(svg *s, const trace_data *d, double y)
     static const struct {
         const char *cat, *words;
     } keys[] = {
-        {"step", "prompt pass or decode step (the host's view)"},
+        {"step", "prompt pass or decode step (the host's view, or the GPU's)"},
         {"layer", "layer, embed, head (CPU, or the GPU's compute)"},
         {"copy", "streamed layer copied to the GPU"},
         {"host", "layer half the CPU computes while the GPU streams"},
+        {"wait", "the GPU waiting for a layer's copy"},
         {"load", "loading"},
     };
     double x = LEFT;

@@ -439,6 +439,8 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         const float *next_norm = last ? cs->cm->out_norm : cs->layers[l + 1].attn_norm;
         TRY(stamp(cs, l, 0));
         TRY(stream_before_layer(cs, l));
+        if (stream_waits(cs, l))
+            TRY(stamp(cs, STAMP_READY(c->n_layers, l), 0));
         rope_qkv_args ra = rope_args(cs, s, l, 1);
         if (stream_hosted(cs, l)) { /* the CPU's products around the GPU's attention */
             const bool next = l + 1 < c->n_layers && stream_hosted(cs, l + 1);
@@ -723,8 +725,12 @@ static void trace_gpu_step(cuda_session *cs, const engine_session *s, int pos)
 #define AT(i) ((double)g[i] * 1e-3 + shift)
     trace_span_args(t, tid, "GPU decode step", -1, "step", AT(STAMP_START(L)), AT(L + 1) - AT(STAMP_START(L)),
                     "pos", pos, NULL, 0);
-    for (int l = 0; l < L; l++)
+    for (int l = 0; l < L; l++) {
         trace_span_args(t, tid, "layer", l, "layer", AT(l), AT(l + 1) - AT(l), NULL, 0, NULL, 0);
+        if (stream_waits(cs, l)) /* the layer's wait for its copy, in it */
+            trace_span_args(t, tid, "copy wait of layer", l, "wait", AT(l), AT(STAMP_READY(L, l)) - AT(l), NULL, 0,
+                            NULL, 0);
+    }
     trace_span_args(t, tid, "head", -1, "layer", AT(L), AT(L + 1) - AT(L), NULL, 0, NULL, 0);
 #undef AT
     stream_trace_stamped(cs, t, s->trace_copy_tid, g + STAMP_COPY(L, 0), shift);

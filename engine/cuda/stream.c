@@ -453,6 +453,12 @@ static int copy_unit(cuda_session *cs, int j)
     return ce == cudaSuccess ? 0 : failed(cs, ce);
 }
 
+bool stream_waits(const cuda_session *cs, int l)
+{
+    const stream_session *ss = cs->ss;
+    return ss && ss->sm->index[l] >= 0 && ss->at[decode_kind(ss)][ss->sm->index[l]] >= 0;
+}
+
 bool stream_hosted(const cuda_session *cs, int l)
 {
     const stream_session *ss = cs->ss;

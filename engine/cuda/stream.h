@@ -144,6 +144,8 @@ int stream_end(cuda_session *cs);
 
 /* Whether layer l is computed on the host in a decode pass. */
 bool stream_hosted(const cuda_session *cs, int l);
+/* Does a decode pass's layer l wait for its copy (a layer streamed, not hosted)? */
+bool stream_waits(const cuda_session *cs, int l);
 
 /*
  * A streamed output head, block by block: the rows [*r0, *r0 + *rows) of
