@@ -48,11 +48,14 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS)
     }
     for (int o = 16; o > 0; o >>= 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    double sum = 0.0;
+    /* Each exponential once (a double exp is a long sequence, on one warp): the choices take theirs from
+     * the lane that holds them. */
+    double ev[PER_LANE], sum = 0.0;
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++)
-        if (lane + 32 * i < E)
-            sum += exp((double)v[i] - (double)mx);
+    for (int i = 0; i < PER_LANE; i++) {
+        ev[i] = lane + 32 * i < E ? exp((double)v[i] - (double)mx) : 0.0;
+        sum += ev[i];
+    }
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
     unsigned taken = 0; /* bit i: expert lane + 32 i is chosen */
@@ -79,8 +82,13 @@ __global__ void __launch_bounds__(32 * ROUTE_WARPS)
         /* k <= E, so some expert is left: bi >= 0 on every lane. */
         if ((bi & 31) == lane)
             taken |= 1u << (bi >> 5);
+        double eb = 0.0;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (i == bi >> 5)
+                eb = ev[i];
         /* transformers' probabilities are fp32 (router_logits.float()). */
-        const float p = (float)(exp((double)bv - (double)mx) / sum);
+        const float p = (float)(__shfl_sync(0xffffffffu, eb, bi & 31) / sum);
 #pragma unroll
         for (int q = 0; q < MOE_MAX_TOPK; q++)
             if (q == j)
@@ -224,14 +232,14 @@ extern "C" int launch_moe_gather(launch_ctx *c, void *out, const void *in, k_dty
     return launch_check(c, "moe_gather");
 }
 
-/* A block a token, a thread a column: the sum in the CPU's order, each step rounded as its own. */
+/* A row of blocks a token, a thread a column: the sum in the CPU's order, each step rounded as its own. */
 __global__ void k_moe_combine(float *x, float *dst, const float *ys, const int32_t *slot_of, const float *w, int k,
                               int dim, const float *sh, const float *gate, int gate_ld)
 {
     dependency_wait();
     const int t = blockIdx.x;
     const float g = sh ? 1.0f / (1.0f + expf(-gate[(size_t)t * gate_ld])) : 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < dim; i += gridDim.y * blockDim.x) {
         float o = sh ? __fmul_rn(sh[(size_t)t * dim + i], g) : 0.0f;
         for (int j = 0; j < k; j++) {
             const int slot = slot_of ? slot_of[(size_t)t * k + j] : t * k + j;
@@ -250,9 +258,10 @@ extern "C" int launch_moe_combine(launch_ctx *c, float *x, float *dst, const flo
 {
     if ((!x && !dst) || !ys || !w || n <= 0 || k <= 0 || dim <= 0 || (sh && (!gate || gate_ld <= 0)))
         return launch_fail(c, "moe_combine: bad arguments (n %d, top %d, dim %d)", n, k, dim);
-    const int threads = dim < 256 ? (dim + 31) / 32 * 32 : 256;
-    cudaError_t e = launch_pdl(c, k_moe_combine, dim3((unsigned)n), dim3((unsigned)threads), 0, x, dst, ys, slot_of,
-                               w, k, dim, sh, gate, gate_ld);
+    /* A token's columns over several blocks: one block alone took about 7 us of a decode layer (ncu, H200). */
+    const int threads = dim < 256 ? (dim + 31) / 32 * 32 : 256, col_blocks = n < 8 ? ceil_div(dim, threads) : 1;
+    cudaError_t e = launch_pdl(c, k_moe_combine, dim3((unsigned)n, (unsigned)col_blocks), dim3((unsigned)threads), 0, x,
+                               dst, ys, slot_of, w, k, dim, sh, gate, gate_ld);
     if (e != cudaSuccess)
         return launch_fail(c, "moe_combine: %s", cudaGetErrorString(e));
     return launch_check(c, "moe_combine");
