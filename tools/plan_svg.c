@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "plan_report.h"
+#include "svg_labels.h"
 
 #define WIDTH 960.0
 #define LEFT 20.0
@@ -119,16 +120,9 @@ static void lab_int(label *l, const char *key, int v)
 
 /* ------------------------------------------------------------ the picture */
 
-typedef struct box {
-    double x0, y0, x1, y1;
-} box;
-
 typedef struct svg {
-    FILE *f; /* the body */
-    box *boxes;
-    int n_boxes, cap;
-    int oom;
-    plan_svg_stats st;
+    FILE *f;        /* the body */
+    svg_labels lab; /* its labels' boxes, checked as they are drawn */
 } svg;
 
 enum { A_START, A_MIDDLE, A_END };
@@ -148,39 +142,12 @@ static double text_width(const style *st, int chars)
     return chars * st->size * (st->bold ? BOLD_EM : CHAR_EM);
 }
 
-/* Record a label's estimated box; count overlaps with the ones before and a reach past the edges. */
-static void note_box(svg *s, box b, const label *l)
-{
-    s->st.n_labels++;
-    int bad = b.x0 < 0.0 || b.x1 > WIDTH;
-    s->st.n_outside += bad;
-    for (int i = 0; i < s->n_boxes; i++) {
-        const box *o = &s->boxes[i];
-        if (b.x0 < o->x1 - 0.5 && o->x0 < b.x1 - 0.5 && b.y0 < o->y1 - 0.5 && o->y0 < b.y1 - 0.5) {
-            s->st.n_overlaps++;
-            bad = 1;
-        }
-    }
-    if (bad && !s->st.first_problem[0])
-        snprintf(s->st.first_problem, sizeof s->st.first_problem, "%.150s", l->buf);
-    if (s->n_boxes == s->cap) {
-        int cap = s->cap ? 2 * s->cap : 256;
-        box *g = realloc(s->boxes, (size_t)cap * sizeof *g);
-        if (!g) {
-            s->oom = 1;
-            return;
-        }
-        s->boxes = g, s->cap = cap;
-    }
-    s->boxes[s->n_boxes++] = b;
-}
-
 /* A text element at baseline y. */
 static void svg_label(svg *s, double x, double y, const style *st, int anchor, const label *l)
 {
     const double w = text_width(st, l->chars);
     const double x0 = anchor == A_START ? x : anchor == A_END ? x - w : x - w / 2;
-    note_box(s, (box){x0, y - 0.8 * st->size, x0 + w, y + 0.25 * st->size}, l);
+    svg_labels_note(&s->lab, (svg_box){x0, y - 0.8 * st->size, x0 + w, y + 0.25 * st->size}, l->buf);
     char fill[40] = "";
     if (st->fill)
         snprintf(fill, sizeof fill, " fill=\"%s\"", st->fill);
@@ -644,7 +611,7 @@ int plan_svg_write(FILE *f, const engine_plan *plan, const char *model, const en
 {
     char *body = NULL;
     size_t body_len = 0;
-    svg s = {.f = open_memstream(&body, &body_len)};
+    svg s = {.f = open_memstream(&body, &body_len), .lab = {.width = WIDTH}};
     if (!s.f)
         return -1;
     const engine_plan_totals *t = engine_plan_get_totals(plan);
@@ -657,7 +624,7 @@ int plan_svg_write(FILE *f, const engine_plan *plan, const char *model, const en
         y = draw_measured(&s, y, off, t);
     y = draw_footer(&s, y, plan, t);
     const double height = y + 8;
-    int rc = fclose(s.f) == 0 && !s.oom ? 0 : -1;
+    int rc = fclose(s.f) == 0 && !s.lab.oom ? 0 : -1;
     if (rc == 0) {
         char name[256], budget[32];
         label title = {.len = 0};
@@ -678,9 +645,10 @@ int plan_svg_write(FILE *f, const engine_plan *plan, const char *model, const en
     }
     free(body);
     if (stats) {
-        *stats = s.st;
-        stats->width = WIDTH, stats->height = height;
+        *stats = (plan_svg_stats){.n_labels = s.lab.n_labels, .n_overlaps = s.lab.n_overlaps,
+                                  .n_outside = s.lab.n_outside, .width = WIDTH, .height = height};
+        snprintf(stats->first_problem, sizeof stats->first_problem, "%s", s.lab.first_problem);
     }
-    free(s.boxes);
+    svg_labels_free(&s.lab);
     return rc;
 }

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "engine.h"
+#include "svg_labels.h"
 #include "trace_read.h"
 
 #define WIDTH 1000.0
@@ -38,15 +39,10 @@ static const char *const FONTS = "DejaVu Sans, Verdana, Helvetica, Arial, sans-s
 
 /* ------------------------------------------------------------ drawing */
 
-typedef struct box {
-    double x0, y0, x1, y1;
-} box;
-
 typedef struct svg {
     FILE *f;
-    box *boxes;
-    int n_boxes, cap, oom;
-    trace_svg_stats st;
+    svg_labels lab; /* the labels' boxes, checked as they are drawn */
+    int zoom_event; /* the zoomed step's index in traceEvents, or -1 */
 } svg;
 
 enum { A_START, A_MIDDLE, A_END };
@@ -118,32 +114,6 @@ static void shorten_to(char *s, size_t cap, double size, int bold, double w)
         strcat(s, "...");
 }
 
-static void note_box(svg *s, box b, const char *text)
-{
-    s->st.n_labels++;
-    int bad = b.x0 < 0.0 || b.x1 > WIDTH;
-    s->st.n_outside += bad;
-    for (int i = 0; i < s->n_boxes; i++) {
-        const box *o = &s->boxes[i];
-        if (b.x0 < o->x1 - 0.5 && o->x0 < b.x1 - 0.5 && b.y0 < o->y1 - 0.5 && o->y0 < b.y1 - 0.5) {
-            s->st.n_overlaps++;
-            bad = 1;
-        }
-    }
-    if (bad && !s->st.first_problem[0])
-        snprintf(s->st.first_problem, sizeof s->st.first_problem, "%.150s", text);
-    if (s->n_boxes == s->cap) {
-        const int cap = s->cap ? 2 * s->cap : 256;
-        box *g = realloc(s->boxes, (size_t)cap * sizeof *g);
-        if (!g) {
-            s->oom = 1;
-            return;
-        }
-        s->boxes = g, s->cap = cap;
-    }
-    s->boxes[s->n_boxes++] = b;
-}
-
 /* A text element at baseline y; attrs (NULL: none) go on a <tspan> around the text, which carries data. */
 static void text_at(svg *s, double x, double y, double size, int bold, const char *fill, int anchor,
                     const char *attrs, const char *fmt, ...)
@@ -156,7 +126,7 @@ static void text_at(svg *s, double x, double y, double size, int bold, const cha
     const int chars = escape(raw, esc, sizeof esc);
     const double w = text_w(size, bold, chars);
     const double x0 = anchor == A_START ? x : anchor == A_END ? x - w : x - w / 2;
-    note_box(s, (box){x0, y - 0.8 * size, x0 + w, y + 0.25 * size}, raw);
+    svg_labels_note(&s->lab, (svg_box){x0, y - 0.8 * size, x0 + w, y + 0.25 * size}, raw);
     fprintf(s->f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%g\"%s%s%s%s%s>", x, y, size,
             bold ? " font-weight=\"bold\"" : "",
             anchor == A_MIDDLE ? " text-anchor=\"middle\"" : anchor == A_END ? " text-anchor=\"end\"" : "",
@@ -525,7 +495,7 @@ int trace_svg_write(FILE *f, const json_t *root, const char *source, const char 
     const int have_zoom = trace_pick_zoom(&d, &z);
     char *body = NULL;
     size_t body_len = 0;
-    svg s = {.f = open_memstream(&body, &body_len)};
+    svg s = {.f = open_memstream(&body, &body_len), .lab = {.width = WIDTH}};
     if (!s.f || have_zoom < 0) {
         if (s.f)
             fclose(s.f);
@@ -534,7 +504,7 @@ int trace_svg_write(FILE *f, const json_t *root, const char *source, const char 
         snprintf(err, err_size, "out of memory");
         return -1;
     }
-    s.st.zoom_event = have_zoom > 0 && z.step ? z.step->event : -1;
+    s.zoom_event = have_zoom > 0 && z.step ? z.step->event : -1;
     char tb[32], tb2[32], line[512];
     double y = 30;
     y = draw_caption(&s, &d, y, source, note);
@@ -583,7 +553,7 @@ int trace_svg_write(FILE *f, const json_t *root, const char *source, const char 
         }
     }
     const double height = y + 10;
-    int rc = fclose(s.f) == 0 && !s.oom ? 0 : -1;
+    int rc = fclose(s.f) == 0 && !s.lab.oom ? 0 : -1;
     if (rc)
         snprintf(err, err_size, "out of memory");
     if (rc == 0) {
@@ -603,13 +573,12 @@ int trace_svg_write(FILE *f, const json_t *root, const char *source, const char 
     }
     free(body);
     if (stats) {
-        const int zoom_event = s.st.zoom_event;
-        *stats = s.st;
-        stats->zoom_event = zoom_event;
-        stats->width = WIDTH, stats->height = height;
-        stats->n_spans = d.n_sp, stats->n_tracks = d.n_tr, stats->n_counters = d.n_ct;
+        *stats = (trace_svg_stats){.n_labels = s.lab.n_labels, .n_overlaps = s.lab.n_overlaps,
+                                   .n_outside = s.lab.n_outside, .zoom_event = s.zoom_event, .width = WIDTH,
+                                   .height = height, .n_spans = d.n_sp, .n_tracks = d.n_tr, .n_counters = d.n_ct};
+        snprintf(stats->first_problem, sizeof stats->first_problem, "%s", s.lab.first_problem);
     }
-    free(s.boxes);
+    svg_labels_free(&s.lab);
     trace_data_free(&d);
     return rc;
 }
