@@ -471,32 +471,29 @@ static jj_node *p_not(parser *P)
     return p_compare(P);
 }
 
-static jj_node *p_and(parser *P)
+/* A left-associative chain of a keyword operator (and, or) over operands parsed by sub. */
+static jj_node *p_keyword_chain(parser *P, const char *op, int kind, jj_node *(*sub)(parser *))
 {
-    jj_node *x = p_not(P);
-    while (is_name(cur(P), "and")) {
+    jj_node *x = sub(P);
+    while (is_name(cur(P), op)) {
         jj_tok *k = next(P);
         enter(P);
-        jj_node *n = node(P, N_AND, k);
+        jj_node *n = node(P, kind, k);
         n->a = x;
-        n->b = p_not(P);
+        n->b = sub(P);
         x = n;
     }
     return x;
 }
 
+static jj_node *p_and(parser *P)
+{
+    return p_keyword_chain(P, "and", N_AND, p_not);
+}
+
 static jj_node *p_or(parser *P)
 {
-    jj_node *x = p_and(P);
-    while (is_name(cur(P), "or")) {
-        jj_tok *k = next(P);
-        enter(P);
-        jj_node *n = node(P, N_OR, k);
-        n->a = x;
-        n->b = p_and(P);
-        x = n;
-    }
-    return x;
+    return p_keyword_chain(P, "or", N_OR, p_and);
 }
 
 static jj_node *p_expr(parser *P)
