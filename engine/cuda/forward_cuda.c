@@ -26,10 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../trace.h"
 #include "expert_cache_cuda.h"
 #include "host_layers.h"
 #include "state.h"
+#include "trace_stamps.h"
 #include "stream.h"
 
 #define TRY(call)                        \
@@ -401,12 +401,6 @@ static int attend(cuda_session *cs, const engine_session *s, const rope_qkv_args
                         : launch_attention_decode(&cs->lc, ra, cs->att, window, cs->n_splits);
 }
 
-/* Stamp slot of the step being captured (back: 1 once the argmax has moved the position on). */
-static int stamp(cuda_session *cs, int slot, int back)
-{
-    return cs->stamping ? launch_stamp(&cs->lc, cs->d_stamps, cs->step + STEP_POS, back, slot, cs->stamp_per) : 0;
-}
-
 /*
  * One token: every launch here is captured into the decode graph. fed: the
  * step before left this one's input (argmax_feed: the token embedded in x,
@@ -420,7 +414,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
     const int dim = c->dim, qd = c->n_heads * c->head_dim, qkvd = qd + 2 * c->n_kv_heads * c->head_dim;
     const float eps = (float)c->rms_eps;
 
-    TRY(stamp(cs, STAMP_START(c->n_layers), 0));
+    TRY(trace_stamp(cs, STAMP_START(c->n_layers), 0));
     TRY(stream_begin(cs, s, 1, false, true));
     if (!fed) {
         /* The maxima the kernels post (max_slot) start at zero. */
@@ -437,10 +431,10 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
         const bool last = l + 1 == c->n_layers;
         const cuda_mat *reader = last ? &cs->cm->lm_head : &cs->layers[l + 1].wqkv;
         const float *next_norm = last ? cs->cm->out_norm : cs->layers[l + 1].attn_norm;
-        TRY(stamp(cs, l, 0));
+        TRY(trace_stamp(cs, l, 0));
         TRY(stream_before_layer(cs, l));
         if (stream_waits(cs, l))
-            TRY(stamp(cs, STAMP_READY(c->n_layers, l), 0));
+            TRY(trace_stamp(cs, STAMP_READY(c->n_layers, l), 0));
         rope_qkv_args ra = rope_args(cs, s, l, 1);
         if (stream_hosted(cs, l)) { /* the CPU's products around the GPU's attention */
             const bool next = l + 1 < c->n_layers && stream_hosted(cs, l + 1);
@@ -489,9 +483,9 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
             TRY(residual(cs, s, down_out, D->ffn_post_norm, 1));
         TRY(stream_after_layer(cs, l));
     }
-    TRY(stamp(cs, c->n_layers, 0));
+    TRY(trace_stamp(cs, c->n_layers, 0));
     TRY(head(cs, s, 1, true, max_slot(cs, c->n_layers, 0, &cs->cm->lm_head)));
-    TRY(stamp(cs, c->n_layers + 1, 1));
+    TRY(trace_stamp(cs, c->n_layers + 1, 1));
     return stream_end(cs);
 }
 
@@ -655,88 +649,6 @@ static engine_status longrope_select(engine_session *s, int pos0, int end, err_b
 }
 
 /*
- * The decode graphs carry stamps while a trace is attached, and none
- * otherwise: on a change the queued work is waited for and the graphs go,
- * captured again when next used. Turning them on makes the ring the first
- * time and calibrates the device's clock against the host's monotonic one
- * (the trace's): a stamp alone on the idle stream between two readings.
- */
-static engine_status stamps_follow_trace(engine_session *s, err_buf *e)
-{
-    cuda_session *cs = s->cuda;
-    const bool want = s->trace != NULL;
-    if (want == cs->graphs_stamped)
-        return ENGINE_OK;
-    const int per = STAMP_COPY(s->model->cfg.n_layers, stream_decode_copies(cs));
-    cudaError_t ce = cudaStreamSynchronize(cs->lc.stream);
-    for (int i = 0; ce == cudaSuccess && i < 2; i++) {
-        if (cs->graph[i])
-            cudaGraphExecDestroy(cs->graph[i]);
-        if (cs->graph_fb[i])
-            cudaGraphExecDestroy(cs->graph_fb[i]);
-        cs->graph[i] = cs->graph_fb[i] = NULL;
-    }
-    if (ce == cudaSuccess && want && !cs->h_stamps) {
-        ce = cudaHostAlloc((void **)&cs->h_stamps, (2 * (size_t)per + 1) * sizeof(uint64_t), cudaHostAllocMapped);
-        if (ce == cudaSuccess)
-            ce = cudaHostGetDevicePointer((void **)&cs->d_stamps, cs->h_stamps, 0);
-        if (ce != cudaSuccess && cs->h_stamps) {
-            cudaFreeHost(cs->h_stamps);
-            cs->h_stamps = cs->d_stamps = NULL;
-        }
-    }
-    if (ce == cudaSuccess && want) {
-        cs->stamp_per = per;
-        const double t0 = model_seconds();
-        if (launch_stamp(&cs->lc, cs->d_stamps, NULL, 0, 2 * per, 2 * per + 1))
-            return cuda_launch_error(cs, e);
-        ce = cudaStreamSynchronize(cs->lc.stream);
-        const double t1 = model_seconds();
-        const volatile uint64_t *ring = cs->h_stamps;
-        cs->stamp_offset_us = (t0 + t1) * 0.5e6 - (double)ring[2 * per] * 1e-3;
-    }
-    if (ce != cudaSuccess)
-        return err_set(e, ENGINE_ERR_CUDA, "CUDA: the decode step's stamps: %s", cudaGetErrorString(ce));
-    cs->graphs_stamped = want;
-    cs->stamp_pending[0] = cs->stamp_pending[1] = false;
-    return ENGINE_OK;
-}
-
-/*
- * The decode step at pos is done: where it ran a stamped graph, its spans
- * on the GPU's track, placed by the device's clock. The step's span holds
- * its layers' and the head's, which tile it (each from its stamp to the
- * next), so they nest and add up; the steps follow one another on the
- * stream and so do not overlap.
- */
-static void trace_gpu_step(cuda_session *cs, const engine_session *s, int pos)
-{
-    if (!cs->stamp_pending[pos & 1])
-        return;
-    cs->stamp_pending[pos & 1] = false;
-    engine_trace *t = s->trace;
-    if (!t)
-        return;
-    const int L = s->model->cfg.n_layers;
-    const volatile uint64_t *g = cs->h_stamps + (size_t)(pos & 1) * cs->stamp_per;
-    /* trace time = monotonic time - the trace's start; the stamps' monotonic time = ns / 1000 + offset. */
-    const double shift = cs->stamp_offset_us - (model_seconds() * 1e6 - trace_now(t));
-    const int tid = s->trace_gpu_tid;
-#define AT(i) ((double)g[i] * 1e-3 + shift)
-    trace_span_args(t, tid, "GPU decode step", -1, "step", AT(STAMP_START(L)), AT(L + 1) - AT(STAMP_START(L)),
-                    "pos", pos, NULL, 0);
-    for (int l = 0; l < L; l++) {
-        trace_span_args(t, tid, "layer", l, "layer", AT(l), AT(l + 1) - AT(l), NULL, 0, NULL, 0);
-        if (stream_waits(cs, l)) /* the layer's wait for its copy, in it */
-            trace_span_args(t, tid, "copy wait of layer", l, "wait", AT(l), AT(STAMP_READY(L, l)) - AT(l), NULL, 0,
-                            NULL, 0);
-    }
-    trace_span_args(t, tid, "head", -1, "layer", AT(L), AT(L + 1) - AT(L), NULL, 0, NULL, 0);
-#undef AT
-    stream_trace_stamped(cs, t, s->trace_copy_tid, g + STAMP_COPY(L, 0), shift);
-}
-
-/*
  * Queue one decode step at position pos, of token id or (id < 0) of the
  * last step's argmax, and record its event. Nothing may be queued that has
  * not yet read h_step when id >= 0 (the graph's first copy reads it).
@@ -764,7 +676,7 @@ static engine_status launch_step(engine_session *s, int32_t id, int pos, err_buf
     }
     if (expert_cache_tick(cs, s)) /* swaps queued before the step, outside any capture */
         return cuda_launch_error(cs, e);
-    engine_status es = stamps_follow_trace(s, e);
+    engine_status es = trace_stamps_follow(s, e);
     if (es)
         return es;
     cs->long_ctx = pos >= ATTN_STREAM_FROM;

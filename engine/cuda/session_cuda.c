@@ -209,18 +209,24 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     return ENGINE_OK;
 }
 
+void cuda_drop_graphs(cuda_session *cs)
+{
+    for (int i = 0; i < 2; i++) {
+        if (cs->graph[i])
+            cudaGraphExecDestroy(cs->graph[i]);
+        if (cs->graph_fb[i])
+            cudaGraphExecDestroy(cs->graph_fb[i]);
+        cs->graph[i] = cs->graph_fb[i] = NULL;
+    }
+}
+
 void cuda_session_free(cuda_session *cs)
 {
     if (!cs)
         return;
     if (cs->lc.stream)
         cudaStreamSynchronize(cs->lc.stream);
-    for (int i = 0; i < 2; i++) {
-        if (cs->graph[i])
-            cudaGraphExecDestroy(cs->graph[i]);
-        if (cs->graph_fb[i])
-            cudaGraphExecDestroy(cs->graph_fb[i]);
-    }
+    cuda_drop_graphs(cs);
     for (int i = 0; i < 2; i++)
         if (cs->step_done[i])
             cudaEventDestroy(cs->step_done[i]);

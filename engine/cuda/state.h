@@ -179,23 +179,14 @@ struct cuda_session {
     int q_n;              /* 0..2                                        */
     int32_t q_first_in;   /* the oldest one's input token                */
     cudaEvent_t step_done[2]; /* recorded after the decode step at position p, in [p & 1] */
-    /* A traced session's decode graphs stamp the device's clock at the step's start and end, each
-     * layer's start (and a streamed one's after its copy came), the head's, and each streamed copy's
-     * start and end (launch_stamp), into a pinned,
-     * mapped ring of [2][stamp_per] and a slot for calibration, read when a step is done: its spans on
-     * the GPU's and the copy engine's tracks (trace_gpu_step). */
+    /* A traced session's decode graphs stamp the device's clock (trace_stamps.c) into a pinned,
+     * mapped ring of [2][stamp_per] and a slot for calibration, read when a step is done. */
     uint64_t *h_stamps, *d_stamps;
     int stamp_per;        /* slots a step: STAMP_COPY(L, copies of a decode pass)     */
     double stamp_offset_us; /* trace time (us) = globaltimer (ns) / 1000 + this  */
     bool graphs_stamped;  /* the decode graphs were captured with stamps       */
     bool stamping;        /* decode_launches is capturing a stamped graph       */
     bool stamp_pending[2];/* [p & 1]: the step at p ran a stamped graph, not yet read */
-    /* A stamped step's slots: layer l's start at l, the head's at L, the end at L + 1, the start at
-     * L + 2, a streamed layer's end of its wait for its copy at STAMP_READY(L, l), then the j-th copy
-     * of the pass (stream.c) from STAMP_COPY(L, j) to STAMP_COPY(L, j) + 1. */
-#define STAMP_START(L) ((L) + 2)
-#define STAMP_READY(L, l) ((L) + 3 + (l))
-#define STAMP_COPY(L, j) (2 * (L) + 3 + 2 * (j))
     bool logits_stale;    /* the device logits are a dropped evaluation's */
 };
 
@@ -215,5 +206,8 @@ static inline bool cuda_takes_fast(const cuda_model *cm, k_op op) { return cm->p
 
 /* engine_status for a failed launcher, naming the op (the message is in lc.err). */
 engine_status cuda_launch_error(cuda_session *cs, err_buf *e);
+/* Destroy the session's decode graphs (captured again when next used); the caller has waited for
+ * the queued steps. */
+void cuda_drop_graphs(cuda_session *cs);
 
 #endif

@@ -13,6 +13,7 @@
 #include "expert_cache_cuda.h"
 #include "host_layers.h"
 #include "stream.h"
+#include "trace_stamps.h"
 
 #define ALIGN 256
 

@@ -161,7 +161,7 @@ int stream_head_done(cuda_session *cs, int b);
 /* After a timed pass has completed: add its figures to t. */
 void stream_collect(cuda_session *cs, int tokens, stream_times *t);
 /* The copies a decode pass queues (0: nothing streamed); while cs->stamping, each is stamped at
- * STAMP_COPY(L, j) and the slot after (state.h). */
+ * STAMP_COPY(L, j) and the slot after (trace_stamps.h). */
 int stream_decode_copies(const cuda_session *cs);
 /* A stamped decode step's copies as spans on the copy engine's track (tid): the step's stamps from
  * STAMP_COPY(L, 0) at g, placed at g * 1e-3 + shift microseconds of trace time. */
