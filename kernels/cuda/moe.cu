@@ -8,7 +8,9 @@
  *
  * Decode runs these inside its CUDA graph, as programmatic dependents
  * (they wait for the kernel before first thing), so nothing here
- * synchronises with the host.
+ * synchronises with the host. The routing and the weighted sum let the
+ * kernel after them launch before they wait: its own wait still orders it
+ * after them, and its launch (and a dense product's weight loads) overlap.
  */
 #include "common.cuh"
 
@@ -30,6 +32,7 @@ __device__ __forceinline__ bool ranks_above(float v, int i, float bv, int bi)
 __global__ void __launch_bounds__(32 * ROUTE_WARPS)
     k_moe_route(const float *logits, int ld, int n, int E, int k, bool renorm, int32_t *ids, float *w, uint32_t *picks)
 {
+    dependents_may_launch(); /* the experts' product may launch; its wait still follows this kernel */
     dependency_wait();
     const int lane = threadIdx.x & 31, t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
     if (t >= n)
@@ -236,6 +239,7 @@ extern "C" int launch_moe_gather(launch_ctx *c, void *out, const void *in, k_dty
 __global__ void k_moe_combine(float *x, float *dst, const float *ys, const int32_t *slot_of, const float *w, int k,
                               int dim, const float *sh, const float *gate, int gate_ld)
 {
+    dependents_may_launch(); /* the next layer's product may start loading its weights */
     dependency_wait();
     const int t = blockIdx.x;
     const float g = sh ? 1.0f / (1.0f + expf(-gate[(size_t)t * gate_ld])) : 0.0f;

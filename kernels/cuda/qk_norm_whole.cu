@@ -5,12 +5,18 @@
  * with the bias added first (the norm is of the biased projection), so
  * that what follows takes neither. A block per (token, part): q, k, and v
  * (v only gets its bias).
+ *
+ * A programmatic dependent (launch_pdl): it lets the attention after it
+ * launch first thing, then waits for the q/k/v product; the attention's
+ * own wait still orders it after this kernel.
  */
 #include "common.cuh"
 
 __global__ void k_qk_norm_whole(float *qkv, const float *bias, const float *q_norm, const float *k_norm, int qd,
                                 int kvd, float eps)
 {
+    dependents_may_launch();
+    dependency_wait();
     const int t = blockIdx.x, part = blockIdx.y;
     const int off = part == 0 ? 0 : part == 1 ? qd : qd + kvd, len = part == 0 ? qd : kvd;
     float *r = qkv + (size_t)t * (qd + 2 * kvd) + off;
@@ -35,7 +41,9 @@ extern "C" int launch_qk_norm_whole(launch_ctx *c, float *qkv, const float *bias
         return launch_fail(c, "qk_norm_whole: bad arguments (n %d, heads %d/%d, head_dim %d)", n, n_heads, n_kv_heads,
                            head_dim);
     const dim3 grid((unsigned)n, bias ? 3u : 2u); /* v's part only to add its bias */
-    k_qk_norm_whole<<<grid, 256, 0, c->stream>>>(qkv, bias, q_norm, k_norm, n_heads * head_dim,
-                                                  n_kv_heads * head_dim, eps);
+    const cudaError_t e = launch_pdl(c, k_qk_norm_whole, grid, dim3(256), 0, qkv, bias, q_norm, k_norm,
+                                     n_heads * head_dim, n_kv_heads * head_dim, eps);
+    if (e != cudaSuccess)
+        return launch_fail(c, "qk_norm_whole: %s", cudaGetErrorString(e));
     return launch_check(c, "qk_norm_whole");
 }
