@@ -131,6 +131,14 @@ static engine_trace *node_trace(host_layers *h)
     return t;
 }
 
+/* A host node's end: its CPU seconds counted, its span on the hosted-layers track (from us0). */
+static void host_done(host_layers *h, engine_trace *t, const char *name, int layer, double t0, double us0)
+{
+    h->seconds += model_seconds() - t0;
+    if (t)
+        trace_span_args(t, h->trace_tid, name, layer, "host", us0, trace_now(t) - us0, NULL, 0, NULL, 0);
+}
+
 /* Host nodes: each runs one half of the layer on the pinned vectors. */
 static void CUDART_CB run_before(void *p)
 {
@@ -141,10 +149,7 @@ static void CUDART_CB run_before(void *p)
     engine_trace *t = node_trace(h);
     const double t0 = model_seconds(), us0 = trace_now(t);
     cpu_layer_qkv(h->m, &h->kc, j->layer, 1, h->x, h->xb, h->qkv, h->qkv + qd, h->qkv + qd + kvd, false);
-    h->seconds += model_seconds() - t0;
-    if (t)
-        trace_span_args(t, h->trace_tid, "q/k/v of layer", j->layer, "host", us0, trace_now(t) - us0, NULL, 0, NULL,
-                        0);
+    host_done(h, t, "q/k/v of layer", j->layer, t0, us0);
 }
 
 static void CUDART_CB run_after(void *p)
@@ -157,10 +162,7 @@ static void CUDART_CB run_after(void *p)
     if (h->m->layers[j->layer].experts) /* cpu_layer_out leaves an expert layer's MLP out */
         cpu_moe_token(h->m, &h->kc, j->layer, h->x, h->moe,
                       h->s->expert_picks ? h->s->expert_picks + (size_t)j->layer * h->m->cfg.n_experts : NULL);
-    h->seconds += model_seconds() - t0;
-    if (t)
-        trace_span_args(t, h->trace_tid, "o + ffn of layer", j->layer, "host", us0, trace_now(t) - us0, NULL, 0, NULL,
-                        0);
+    host_done(h, t, "o + ffn of layer", j->layer, t0, us0);
 }
 
 static void CUDART_CB run_experts(void *p)
@@ -170,10 +172,7 @@ static void CUDART_CB run_experts(void *p)
     engine_trace *t = node_trace(h);
     const double t0 = model_seconds(), us0 = trace_now(t);
     cpu_moe_host_experts(h->m, &h->kc, j->layer, h->x, h->ex_ids, j->from, h->ex_out, h->moe);
-    h->seconds += model_seconds() - t0;
-    if (t)
-        trace_span_args(t, h->trace_tid, "experts of layer", j->layer, "host", us0, trace_now(t) - us0, NULL, 0, NULL,
-                        0);
+    host_done(h, t, "experts of layer", j->layer, t0, us0);
 }
 
 static int host_node(launch_ctx *lc, cudaHostFn_t fn, host_job *j)
