@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
                 if constexpr (QUANT)
                     mult = kv_mult<T>(ksc[u]);
                 if constexpr (CAP)
-                    s[u][g] = live[u] ? cap2 * tanhf(s[u][g] * mult / cap2) : -INFINITY;
+                    s[u][g] = live[u] ? soft_cap(s[u][g] * mult, cap2) : -INFINITY;
                 else
                     s[u][g] = live[u] ? s[u][g] * mult : -INFINITY;
                 mx = fmaxf(mx, s[u][g]);
