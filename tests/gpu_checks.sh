@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # gpu_checks.sh: the GPU half of the test suite, for the GPU machine (CI has
 # no GPU): every GPU test, then compute-sanitizer memcheck and racecheck on
-# the kernel tests and on end-to-end runs (greedy through the decode graph,
-# sampled, with layers streamed), memcheck on the parity, plan, streaming
-# and arena tests.
+# the kernel tests (the mixture-of-experts ones too) and on end-to-end runs
+# (greedy through the decode graph, sampled, with layers streamed), memcheck
+# on the parity, plan, streaming and arena tests.
 #   tests/gpu_checks.sh [BIN_DIR]   (a build folder, or one folder holding
 #                                    infer and the test binaries; default build)
 # GPU_CHECKS_QUICK=1: the tests only, without the sanitizer runs.
@@ -46,6 +46,7 @@ for tool in memcheck racecheck; do
   # ENGINE_TEST_QUICK: the kernel tests skip their deepest decode cases under the sanitizers (cuda_test_util.h)
   check "$tool test_kernels_cuda" env ENGINE_TEST_QUICK=1 "$CS" --tool $tool --error-exitcode 9 "$(bin test_kernels_cuda)"
   check "$tool test_attention_cuda" env ENGINE_TEST_QUICK=1 "$CS" --tool $tool --error-exitcode 9 "$(bin test_attention_cuda)"
+  check "$tool test_moe_cuda" "$CS" --tool $tool --error-exitcode 9 "$(bin test_moe_cuda)"
   check "$tool infer streamed" "$CS" --tool $tool --error-exitcode 9 "$B/infer" "$M" --device cuda --prompt "Once upon a time" -n 40 --stream-layers 3
 done
 check "memcheck test_parity_cuda" "$CS" --tool memcheck --error-exitcode 9 "$(bin test_parity_cuda)"
