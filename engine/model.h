@@ -428,12 +428,11 @@ static inline int model_host_threads(const engine_model *m)
 uint64_t cpu_layer_bytes(const engine_model *m, int l);
 /*
  * Bytes per second at which this host computes one token through the given
- * layers' matrices with n_threads (CPU_RATE_PASSES passes together, after a
- * warm-up pass); 0 when out of memory.
+ * layers' matrices with n_threads (the best of two passes after a warm-up);
+ * 0 when out of memory. Reads each layer three times.
  */
 double cpu_layer_rate(const engine_model *m, const int *layers, int n_layers, int n_threads);
 #define CPU_RATE_LAYERS 4 /* layers timed: more than a large last-level cache holds */
-#define CPU_RATE_PASSES 4 /* timed passes over them                               */
 
 /*
  * engine_session_eval, plus: with argmax != NULL on a backend that can pick

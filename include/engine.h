@@ -740,9 +740,8 @@ ENGINE_API engine_status engine_device_reserve(uint64_t *bytes);
  * layer of model (its matrix products, no attention), in GB of weights per
  * second, with the threads hosted layers use (the model's but one, which
  * waits for the GPU): the planner's host_gbps. Runs the last four layers
- * five times, a warm-up pass and four timed together, slow ones counted as
- * decode counts them (about 0.1 s for an 8B model's once in memory; the
- * first call faults their pages in).
+ * three times (about 0.1 s for an 8B model's once in memory; the first call
+ * faults their pages in).
  */
 ENGINE_API engine_status engine_host_layer_rate(const engine_model *model, double *gbps);
 

@@ -53,6 +53,7 @@
 #define SHARED_HOST (256 * MiB)     /* pinned source of the shared measurement's copies */
 #define SHARED_PIECE (32 * MiB)     /* one copy, and the device region it lands in      */
 #define SHARED_DEPTH 4              /* copies in flight                                 */
+#define CPU_PASSES 3                /* cpu_layer_rate reads each layer this many times  */
 #define MAX_DEVICES 64
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -347,7 +348,7 @@ engine_status cuda_measure_shared(const engine_model *m, uint64_t room, cuda_sha
         return st;
     const double secs = t1 - t0;
     r->copy_gbps = (double)(after - before) * SHARED_PIECE / secs / 1e9;
-    r->host_gbps = (double)(CPU_RATE_PASSES + 1) * bytes / secs / 1e9;
+    r->host_gbps = (double)CPU_PASSES * bytes / secs / 1e9;
     r->shared_gbps = r->copy_gbps + r->host_gbps;
     return ENGINE_OK;
 }
