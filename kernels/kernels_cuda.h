@@ -42,6 +42,7 @@ typedef enum k_op {
     K_OP_ATTN_PREFILL_TC, /* prefill attention on tensor cores for 16-bit caches (8.0)              */
     K_OP_GEMM_Q4,         /* the fused 4-bit prefill product, launch_gemm_q4 (sm_90a: exactly 9.0)  */
     K_OP_BF16,            /* bf16 products; without them bf16 weights become fp16 at load (8.0)     */
+    K_OP_ATTN_DECODE_TC,  /* long-context decode attention on tensor cores, fp16/int8 cache (8.0)  */
     K_OP_COUNT
 } k_op;
 
@@ -209,6 +210,8 @@ int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, float *out, i
  */
 int launch_attention_decode_stream(launch_ctx *c, const rope_qkv_args *r, float *out, int window, int n_splits);
 bool attention_decode_stream_serves(k_kv_type kvt, int n_heads, int n_kv_heads, int head_dim);
+/* The n_splits that suits launch_attention_decode_stream on c's device for this shape (1 .. 32). */
+int attention_decode_stream_splits(const launch_ctx *c, k_kv_type kvt, int n_heads, int n_kv_heads, int head_dim);
 
 /*
  * Causal attention of n new tokens at positions pos0 .. pos0+n-1 (host value)

@@ -93,10 +93,6 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     while (splits < 16 && c->n_kv_heads * splits * 2 <= cs->lc.n_sms && splits * 2 * 16 <= s->n_ctx)
         splits *= 2;
     cs->n_splits = splits;
-    /* The streaming kernel's blocks are independent: about three a
-     * multiprocessor, at most 32 a kv head. */
-    const int per_head = (3 * cs->lc.n_sms + c->n_kv_heads - 1) / c->n_kv_heads;
-    cs->n_splits_long = per_head < 1 ? 1 : per_head > 32 ? 32 : per_head;
 
     engine_status st = ENGINE_OK;
     const uint64_t kvd = (uint64_t)c->n_kv_heads * c->head_dim;
@@ -111,6 +107,8 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
         kt = plan_kv_default(cs->cm->wt);
     s->kv_type = kt;
     cs->kvt = (k_kv_type)kt;
+    /* The streaming kernels' blocks are independent: as many as fill the multiprocessors, per kernel. */
+    cs->n_splits_long = attention_decode_stream_splits(&cs->lc, cs->kvt, c->n_heads, c->n_kv_heads, c->head_dim);
     if (k_kv_has_scales(cs->kvt) && c->head_dim % 16) {
         cuda_session_free(cs);
         return err_set(e, ENGINE_ERR_UNSUPPORTED, "an %s KV cache needs head_dim a multiple of 16 on CUDA (it is %d)",

@@ -30,8 +30,20 @@
  * compiler (162 registers, one block a multiprocessor) it read 1,508 and
  * 767. It is slower than the staged kernel below about 4,096 keys (at
  * 2,048: 20.8 against 13.7 us a launch), hence the engine's switch.
+ *
+ * That kernel issues about a thousand instructions per 16 keys of a warp
+ * (conversions, multiply-adds of 8 elements a lane per head, shuffled
+ * sums): at depth 32k it is bound by issue, not memory (ncu: 0.48
+ * instructions a cycle per scheduler, 0.87 eligible warps of 3.84). Where
+ * the device has Ampere's mma.sync (paths.cu, K_OP_ATTN_DECODE_TC) the
+ * fp16 and int8 caches at head_dim 64 and 128 go to a second kernel
+ * below, k_attention_decode_stream_tc, the same work on tensor cores:
+ * 2,595 GB/s (fp16) and 1,528 (int8) at 16 splits, same machine and
+ * shape, 2026-11-29. bf16 and fp8 caches, head_dim 256 and Turing keep
+ * the CUDA-core kernel.
  */
 #include "attention_decode.cuh"
+#include "mma.cuh"
 
 #define DS_WARPS (DEC_THREADS / 32)
 #define DS_EL 8     /* elements of a row per lane */
@@ -74,40 +86,16 @@ template <typename T> __device__ __forceinline__ typename ds_vec<T>::type load_v
     return __ldcs(reinterpret_cast<const typename ds_vec<T>::type *>(p)); /* read once: evict first */
 }
 
-/* CAP: Gemma 2's soft cap on the scores, a kernel of its own: as a uniform
- * branch on each score it cost every other model's keys 11% (f16) to 19%
- * (int8) of their rate at depth 32k (spills in the key loop). */
-template <typename T, int G, bool CAP>
-__global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
-    k_attention_decode_stream(float *out, rope_qkv_args a, int window)
+/* The rope step, a warp per task: q of each head of kv head kvh into qs; if
+ * has_new (the block's keys hold the new position), its k and v into the
+ * cache (int8/fp8: through nrow, fp32, then the codes and the scale). */
+template <typename T, int G>
+__device__ __forceinline__ void decode_rope_step(const rope_qkv_args &a, int kvh, int pos, bool has_new, float *qs,
+                                                 float *nrow)
 {
-    typedef typename ds_vec<T>::type vec;
     constexpr bool QUANT = kv_quant<T>();
-    __shared__ __align__(16) float qs[G * 256], os[G * 256];
-    __shared__ float nrow[2 * 256]; /* int8/fp8: the new k and v rows in fp32, before they are quantized */
-    __shared__ float wm[DS_WARPS][G], wl[DS_WARPS][G], mlog[G], ms[G], ls[G], wt[G * DEC_PART_SPLITS];
-    const int split = blockIdx.x, kvh = blockIdx.y;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nh = a.n_heads, nkv = a.n_kv_heads, hd = a.head_dim, kvd = nkv * hd;
-    const int lpk = hd / DS_EL, kps = 32 / lpk, slot = lane / lpk, sub = lane - slot * lpk;
-    const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
-
-    const int pos = *a.pos0;
-    const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
-    /* As the staged kernel's portable merge: only as many splits work as
-     * there are DS_SPLIT_KEYS keys for. */
-    const int splits = min((int)gridDim.x, (len + DS_SPLIT_KEYS - 1) / DS_SPLIT_KEYS);
-    if (split >= splits)
-        return;
-    const int share = (len + splits - 1) / splits;
-    const int lo = lo0 + split * share, end = min(lo + share, pos + 1);
-
-    dependents_may_launch();
-    dependency_wait(); /* the q/k/v product is complete */
-
-    /* The rope step, a warp per task: q of each head into qs; in the block
-     * whose share holds the new position, its k and v into the cache. */
-    const bool has_new = lo <= pos && pos < end;
     for (int t = warp; t < G + (has_new ? 2 : 0); t += DS_WARPS) {
         if (t < G) {
             const size_t h = (size_t)(kvh * G + t) * hd;
@@ -132,6 +120,40 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
                          a.sin, pos, hd, rope_rot(a), !is_v);
         }
     }
+}
+
+/* CAP: Gemma 2's soft cap on the scores, a kernel of its own: as a uniform
+ * branch on each score it cost every other model's keys 11% (f16) to 19%
+ * (int8) of their rate at depth 32k (spills in the key loop). */
+template <typename T, int G, bool CAP>
+__global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
+    k_attention_decode_stream(float *out, rope_qkv_args a, int window)
+{
+    typedef typename ds_vec<T>::type vec;
+    constexpr bool QUANT = kv_quant<T>();
+    __shared__ __align__(16) float qs[G * 256], os[G * 256];
+    __shared__ float nrow[2 * 256]; /* int8/fp8: the new k and v rows in fp32, before they are quantized */
+    __shared__ float wm[DS_WARPS][G], wl[DS_WARPS][G], mlog[G], ms[G], ls[G], wt[G * DEC_PART_SPLITS];
+    const int split = blockIdx.x, kvh = blockIdx.y;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int nkv = a.n_kv_heads, hd = a.head_dim, kvd = nkv * hd;
+    const int lpk = hd / DS_EL, kps = 32 / lpk, slot = lane / lpk, sub = lane - slot * lpk;
+    const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
+
+    const int pos = *a.pos0;
+    const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
+    /* As the staged kernel's portable merge: only as many splits work as
+     * there are DS_SPLIT_KEYS keys for. */
+    const int splits = min((int)gridDim.x, (len + DS_SPLIT_KEYS - 1) / DS_SPLIT_KEYS);
+    if (split >= splits)
+        return;
+    const int share = (len + splits - 1) / splits;
+    const int lo = lo0 + split * share, end = min(lo + share, pos + 1);
+
+    dependents_may_launch();
+    dependency_wait(); /* the q/k/v product is complete */
+
+    decode_rope_step<T, G>(a, kvh, pos, lo <= pos && pos < end, qs, nrow);
     __syncthreads(); /* q is in qs, the new rows are in the cache */
 
     /* This lane's 8 elements of q, scaled so that the scores come out in
@@ -292,10 +314,296 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
     merge_global(out, a, split, splits, kvh, G, hd, os, ms, ls, wt);
 }
 
+/* ---- the tensor-core kernel: the same work on mma.sync (sm_80 on) ---- */
+
+#if TC_COMPILED
+/* DT_GROUPS groups of 16 keys a warp loads before it uses the first: int8's rows are half fp16's registers. */
+template <typename T> constexpr int dt_groups() { return sizeof(T) == 1 ? 2 : 1; }
+
+/* NW words of a row from p, one load, read once (evict first). */
+template <int NW> __device__ __forceinline__ void load_words(uint32_t (&w)[NW], const void *p)
+{
+    if constexpr (NW == 4) {
+        const uint4 v = __ldcs(static_cast<const uint4 *>(p));
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else if constexpr (NW == 2) {
+        const uint2 v = __ldcs(static_cast<const uint2 *>(p));
+        w[0] = v.x, w[1] = v.y;
+    } else {
+        w[0] = __ldcs(static_cast<const unsigned *>(p));
+    }
+}
+
+/* Two int8 codes as an fp16 pair, exactly: sel puts them at bytes 0 and 2 of
+ * a permute of (x, y); each, offset to code + 128, becomes the mantissa of
+ * fp16's 1024 (exponent bits 0x64), and 1152 comes off. */
+__device__ __forceinline__ uint32_t i8_pair(uint32_t x, uint32_t y, uint32_t sel)
+{
+    const uint32_t t = (__byte_perm(x, y, sel) & 0x00ff00ffu) ^ 0x64806480u;
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2 *>(&t), __float2half2_rn(1152.0f));
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+#endif
+
+/*
+ * The long-context decode on tensor cores, for an fp16 or int8 cache and
+ * head_dim 64 or 128 (G q heads of a kv head, up to 8). Each warp takes
+ * its keys 16 at a time, as the CUDA-core kernel above takes them a row
+ * per lane group, with no shared memory or barrier in the loop. With
+ * g = lane / 4 and c = lane % 4 (mma.cuh's fragment layouts):
+ *  - scores S = Q K^T as two 16x8 products (keys 0-7 and 8-15 of the
+ *    group): A is q, rows the heads (rows G.. and g + 8 zero), held in
+ *    registers for the whole launch, split into an fp16 value and the fp16
+ *    rounding of its remainder (two products, ~22 bits of q: as the prefill
+ *    kernel); B is K^T, column g a key row the lane loads itself. The
+ *    product's contraction order is free, so lane c reads the row's 8-dim
+ *    chunks c, c + 4, ... in 16-byte loads and k-step s takes half of
+ *    chunk c + 4 (s / 2). Lane (g, c) ends with head g's scores of keys
+ *    2c, 2c + 1, 8 + 2c, 9 + 2c;
+ *  - the online softmax per head over the 16 (two shuffles), in log2 units;
+ *  - O^T += V^T P^T as HD / 16 products of 16 dims x 8 heads: head g's
+ *    weights of those four keys are exactly the B fragment (P, split in
+ *    two as q), and A is V^T: the lane loads the four keys' rows, dims
+ *    (HD / 16) g .. and (HD / 16)(g + 8) .., and pairs the two keys of a
+ *    register with one byte permute (int8: then the offset trick of
+ *    i8_pair and the row scales, an fp16 multiply: V as an fp16 cache
+ *    would hold it). Product i's row m is dim (HD / 16) m + i.
+ * An int8 key's scale multiplies its score. Per 16 keys a warp issues 24
+ * (64: 12) product pairs and a few dozen other instructions where the
+ * CUDA-core kernel issues about a thousand.
+ */
+template <typename T, int G, int HD, bool CAP>
+__global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(float *out, rope_qkv_args a, int window)
+{
+#if TC_COMPILED
+    constexpr bool QUANT = kv_quant<T>();
+    constexpr int KS = HD / 16;                 /* k-steps of the scores; products of the output; V dims a row half */
+    constexpr int KW = 8 * sizeof(T) / 4;       /* words of an 8-element chunk of K                                   */
+    constexpr int VW = KS * sizeof(T) / 4;      /* words of a lane's run of KS elements of V                          */
+    constexpr int U = dt_groups<T>();
+    __shared__ __align__(16) float qs[G * HD], os[G * HD];
+    __shared__ float nrow[2 * HD];
+    __shared__ float wm[DS_WARPS][G], wl[DS_WARPS][G], mlog[G], ms[G], ls[G], wt[G * DEC_PART_SPLITS];
+    const int split = blockIdx.x, kvh = blockIdx.y;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int nkv = a.n_kv_heads, kvd = nkv * HD;
+    const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
+
+    const int pos = *a.pos0;
+    const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
+    const int splits = min((int)gridDim.x, (len + DS_SPLIT_KEYS - 1) / DS_SPLIT_KEYS);
+    if (split >= splits)
+        return;
+    const int share = (len + splits - 1) / splits;
+    const int lo = lo0 + split * share, end = min(lo + share, pos + 1);
+
+    dependents_may_launch();
+    dependency_wait(); /* the q/k/v product is complete */
+    decode_rope_step<T, G>(a, kvh, pos, lo <= pos && pos < end, qs, nrow);
+    __syncthreads();
+
+    /* q's A fragments: row g (head g), k-step s's columns 2c, 2c + 1 and 2c + 8, 2c + 9 as dims
+     * 8 (c + 4 (s / 2)) + 4 (s % 2) + 0, 1 and + 2, 3: the dims lane c's K loads hold. */
+    const float qscale = (a.score_scale > 0.0f ? a.score_scale : rsqrtf((float)HD)) * 1.4426950408889634f;
+    const float cap2 = a.softcap * 1.4426950408889634f;
+    uint32_t qh[KS][2], ql[KS][2];
+#pragma unroll
+    for (int s = 0; s < KS; s++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int d = 8 * (c + 4 * (s >> 1)) + 4 * (s & 1) + 2 * r;
+            const float x = g < G ? qs[g * HD + d] * qscale : 0.0f, y = g < G ? qs[g * HD + d + 1] * qscale : 0.0f;
+            split2<__half>(x, y, qh[s][r], ql[s][r]);
+        }
+    float m = -INFINITY, l = 0.0f, acc[KS][4];
+#pragma unroll
+    for (int i = 0; i < KS; i++)
+        acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+    /* The warp's keys: a contiguous part of the block's, whole groups of 16. */
+    const int per = ((end - lo + DS_WARPS - 1) / DS_WARPS + 15) / 16 * 16;
+    const int wlo = lo + warp * per, wend = min(wlo + per, end);
+    for (int k0 = wlo; k0 < wend; k0 += 16 * U) {
+        uint32_t kw[U][2][KS / 2][KW], vw[U][4][2][VW];
+        float ksc[U][4], vsc[U][4];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+            for (int t = 0; t < 2; t++) { /* K: key 8t + g of the group, chunks c, c + 4, ... */
+                const int key = k0 + 16 * u + 8 * t + g;
+                const size_t r = (size_t)kv_row(key < wend ? key : wlo, a.ring);
+#pragma unroll
+                for (int j = 0; j < KS / 2; j++)
+                    load_words<KW>(kw[u][t][j], kc + r * kvd + (size_t)kvh * HD + 8 * (c + 4 * j));
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) { /* V: keys 2c, 2c + 1, 8 + 2c, 9 + 2c; dims of rows g and g + 8 */
+                const int key = k0 + 16 * u + 8 * (i >> 1) + 2 * c + (i & 1);
+                const size_t r = (size_t)kv_row(key < wend ? key : wlo, a.ring);
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    load_words<VW>(vw[u][i][h], vc + r * kvd + (size_t)kvh * HD + KS * (g + 8 * h));
+                if constexpr (QUANT) {
+                    ksc[u][i] = __ldcs(a.k_scale + r * nkv + kvh);
+                    vsc[u][i] = __ldcs(a.v_scale + r * nkv + kvh);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int g0 = k0 + 16 * u;
+            if (g0 >= wend)
+                break;
+            /* Scores of keys 2c, 2c + 1 (product t = 0) and 8 + 2c, 9 + 2c (t = 1) for head g. */
+            float sc[4];
+#pragma unroll
+            for (int t = 0; t < 2; t++) {
+                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int s = 0; s < KS; s++) {
+                    const uint32_t *w = kw[u][t][s >> 1];
+                    uint32_t b0, b1;
+                    if constexpr (QUANT) {
+                        b0 = i8_pair(w[s & 1], w[s & 1], 0x1100u);
+                        b1 = i8_pair(w[s & 1], w[s & 1], 0x3322u);
+                    } else {
+                        b0 = w[2 * (s & 1)];
+                        b1 = w[2 * (s & 1) + 1];
+                    }
+                    const uint32_t ah[4] = {qh[s][0], 0u, qh[s][1], 0u}, al[4] = {ql[s][0], 0u, ql[s][1], 0u};
+                    tc_ops<__half>::mma(d, ah, b0, b1);
+                    tc_ops<__half>::mma(d, al, b0, b1);
+                }
+                sc[2 * t] = d[0];
+                sc[2 * t + 1] = d[1];
+            }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float v = sc[i];
+                if constexpr (QUANT)
+                    v *= kv_mult<T>(ksc[u][i]);
+                if constexpr (CAP)
+                    v = soft_cap(v, cap2);
+                sc[i] = g0 + 8 * (i >> 1) + 2 * c + (i & 1) < wend ? v : -INFINITY;
+                mx = fmaxf(mx, sc[i]);
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m, mx); /* finite: the group's first key is live */
+            const float corr = exp2f(m - m_new);
+            m = m_new;
+            float p[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                p[i] = exp2f(sc[i] - m_new);
+            l = l * corr + ((p[0] + p[1]) + (p[2] + p[3]));
+            /* The output's columns are heads 2c and 2c + 1: their corrections from lanes 8c and 8c + 4. */
+            const float c0 = __shfl_sync(0xffffffffu, corr, 8 * c), c1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
+            uint32_t ph[2], pl[2];
+            split2<__half>(p[0], p[1], ph[0], pl[0]);
+            split2<__half>(p[2], p[3], ph[1], pl[1]);
+            uint32_t vs[2];
+            if constexpr (QUANT) {
+                const __half2 v0 = __floats2half2_rn(kv_mult<T>(vsc[u][0]), kv_mult<T>(vsc[u][1]));
+                const __half2 v1 = __floats2half2_rn(kv_mult<T>(vsc[u][2]), kv_mult<T>(vsc[u][3]));
+                vs[0] = *reinterpret_cast<const uint32_t *>(&v0);
+                vs[1] = *reinterpret_cast<const uint32_t *>(&v1);
+            }
+#pragma unroll
+            for (int i = 0; i < KS; i++) {
+                acc[i][0] *= c0;
+                acc[i][1] *= c1;
+                acc[i][2] *= c0;
+                acc[i][3] *= c1;
+                /* V^T's A fragment: registers (keys 2c, 2c+1 | 8+2c, 9+2c) x (row g | g + 8), element i of each run. */
+                uint32_t av[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int kp = q >> 1, h = q & 1; /* key pair, row half */
+                    const uint32_t x = vw[u][2 * kp][h][i * sizeof(T) / 4], y = vw[u][2 * kp + 1][h][i * sizeof(T) / 4];
+                    if constexpr (QUANT) {
+                        const uint32_t b = i & 3;
+                        const uint32_t pr = i8_pair(x, y, b | b << 4 | (4 + b) << 8 | (4 + b) << 12);
+                        const __half2 hv = __hmul2(*reinterpret_cast<const __half2 *>(&pr),
+                                                   *reinterpret_cast<const __half2 *>(&vs[kp]));
+                        av[q] = *reinterpret_cast<const uint32_t *>(&hv);
+                    } else {
+                        av[q] = __byte_perm(x, y, (i & 1) ? 0x7632u : 0x5410u);
+                    }
+                }
+                tc_ops<__half>::mma(acc[i], av, ph[0], ph[1]);
+                tc_ops<__half>::mma(acc[i], av, pl[0], pl[1]);
+            }
+        }
+    }
+
+    /* The lanes' sums of head g into the warp's; the warps' into the block's as the CUDA-core kernel does. */
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float m0 = __shfl_sync(0xffffffffu, m, 8 * c), m1 = __shfl_sync(0xffffffffu, m, 8 * c + 4);
+    if (c == 0 && g < G) {
+        wm[warp][g] = m;
+        wl[warp][g] = l;
+    }
+    for (int i = tid; i < G * HD; i += DEC_THREADS)
+        os[i] = 0.0f;
+    __syncthreads();
+    if (tid < G) {
+        float mx = -INFINITY, sum = 0.0f;
+        for (int w = 0; w < DS_WARPS; w++)
+            mx = fmaxf(mx, wm[w][tid]);
+        for (int w = 0; w < DS_WARPS; w++)
+            sum += wm[w][tid] == -INFINITY ? 0.0f : wl[w][tid] * exp2f(wm[w][tid] - mx);
+        mlog[tid] = mx;
+        ms[tid] = mx * 0.6931471805599453f;
+        ls[tid] = sum;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 2; e++) { /* column e: head 2c + e */
+        const int h = 2 * c + e;
+        const float mh = e ? m1 : m0;
+        if (h >= G || mh == -INFINITY) /* a padding head, or a warp without keys */
+            continue;
+        const float w = exp2f(mh - mlog[h]);
+#pragma unroll
+        for (int i = 0; i < KS; i++) {
+            atomicAdd(os + h * HD + KS * g + i, acc[i][e] * w);
+            atomicAdd(os + h * HD + KS * (g + 8) + i, acc[i][2 + e] * w);
+        }
+    }
+    __syncthreads();
+    merge_global(out, a, split, splits, kvh, G, HD, os, ms, ls, wt);
+#else
+    (void)out, (void)a, (void)window;
+#endif
+}
+
+/* Whether the tensor-core kernel takes a shape the streaming kernels serve. */
+static bool stream_tc(const launch_ctx *c, k_kv_type kvt, int head_dim)
+{
+    return c->fast[K_OP_ATTN_DECODE_TC] && (kvt == K_KV_F16 || kvt == K_KV_INT8) && (head_dim == 64 || head_dim == 128);
+}
+
+/* The kernel for this cache type, group and head_dim. */
+template <typename T, int G> static void (*stream_kernel(const launch_ctx *c, const rope_qkv_args *a))(float *, rope_qkv_args,
+                                                                                                      int)
+{
+    const bool cap = a->softcap > 0.0f;
+    if constexpr (std::is_same<T, __half>::value || std::is_same<T, int8_t>::value) {
+        if (stream_tc(c, a->kvt, a->head_dim) && a->head_dim == 128)
+            return cap ? k_attention_decode_stream_tc<T, G, 128, true> : k_attention_decode_stream_tc<T, G, 128, false>;
+        if (stream_tc(c, a->kvt, a->head_dim))
+            return cap ? k_attention_decode_stream_tc<T, G, 64, true> : k_attention_decode_stream_tc<T, G, 64, false>;
+    }
+    return cap ? k_attention_decode_stream<T, G, true> : k_attention_decode_stream<T, G, false>;
+}
+
 template <typename T, int G> static int run_stream(launch_ctx *c, float *out, const rope_qkv_args *a, int window,
                                                    int splits)
 {
-    auto kern = a->softcap > 0.0f ? k_attention_decode_stream<T, G, true> : k_attention_decode_stream<T, G, false>;
+    auto kern = stream_kernel<T, G>(c, a);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)splits, (unsigned)a->n_kv_heads);
     cfg.blockDim = dim3(DEC_THREADS);
@@ -328,6 +636,19 @@ extern "C" bool attention_decode_stream_serves(k_kv_type kvt, int n_heads, int n
     const int g = n_kv_heads > 0 && n_heads % n_kv_heads == 0 ? n_heads / n_kv_heads : 0;
     return kvt != K_KV_F32 && (g == 1 || g == 2 || g == 4 || g == 8) &&
            (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
+extern "C" int attention_decode_stream_splits(const launch_ctx *c, k_kv_type kvt, int n_heads, int n_kv_heads,
+                                              int head_dim)
+{
+    if (n_kv_heads < 1)
+        return 1;
+    /* The tensor-core kernel holds one block a multiprocessor (184-220 registers a thread): one wave of them (at
+     * depth 32k on the H200, 16 splits of 8 kv heads read an fp16 cache at 2,595 GB/s, 32 at 2,049). The CUDA-core
+     * kernel: about three a multiprocessor (32 splits there, 1,949 GB/s; 16, 1,364). */
+    const bool tc = attention_decode_stream_serves(kvt, n_heads, n_kv_heads, head_dim) && stream_tc(c, kvt, head_dim);
+    const int per = tc ? c->n_sms / n_kv_heads : (3 * c->n_sms + n_kv_heads - 1) / n_kv_heads;
+    return per < 1 ? 1 : per > DEC_PART_SPLITS ? DEC_PART_SPLITS : per;
 }
 
 extern "C" int launch_attention_decode_stream(launch_ctx *c, const rope_qkv_args *a, float *out, int window,
