@@ -122,6 +122,30 @@ __device__ __forceinline__ void decode_rope_step(const rope_qkv_args &a, int kvh
     }
 }
 
+/* The block's max and sum per head from its warps' (wm, wl): in log2 units
+ * (mlog) and natural ones (ms, for merge_global), and the accumulator os
+ * [G][hd] zeroed for the warps' weighted sums; by the whole block. */
+template <int G>
+__device__ __forceinline__ void merge_warps(const float (*wm)[G], const float (*wl)[G], float *os, int hd, float *mlog,
+                                            float *ms, float *ls)
+{
+    const int tid = threadIdx.x;
+    for (int i = tid; i < G * hd; i += DEC_THREADS)
+        os[i] = 0.0f;
+    __syncthreads();
+    if (tid < G) {
+        float mx = -INFINITY, sum = 0.0f;
+        for (int w = 0; w < DS_WARPS; w++)
+            mx = fmaxf(mx, wm[w][tid]);
+        for (int w = 0; w < DS_WARPS; w++)
+            sum += wm[w][tid] == -INFINITY ? 0.0f : wl[w][tid] * exp2f(wm[w][tid] - mx);
+        mlog[tid] = mx;
+        ms[tid] = mx * 0.6931471805599453f;
+        ls[tid] = sum;
+    }
+    __syncthreads();
+}
+
 /* CAP: Gemma 2's soft cap on the scores, a kernel of its own: as a uniform
  * branch on each score it cost every other model's keys 11% (f16) to 19%
  * (int8) of their rate at depth 32k (spills in the key loop). */
@@ -286,20 +310,7 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
             wm[warp][g] = m[g];
             wl[warp][g] = l[g];
         }
-    for (int i = tid; i < G * hd; i += DEC_THREADS)
-        os[i] = 0.0f;
-    __syncthreads();
-    if (tid < G) {
-        float mx = -INFINITY, sum = 0.0f;
-        for (int w = 0; w < DS_WARPS; w++)
-            mx = fmaxf(mx, wm[w][tid]);
-        for (int w = 0; w < DS_WARPS; w++)
-            sum += wm[w][tid] == -INFINITY ? 0.0f : wl[w][tid] * exp2f(wm[w][tid] - mx);
-        mlog[tid] = mx;
-        ms[tid] = mx * 0.6931471805599453f;
-        ls[tid] = sum;
-    }
-    __syncthreads();
+    merge_warps<G>(wm, wl, os, hd, mlog, ms, ls);
     if (slot == 0)
 #pragma unroll
         for (int g = 0; g < G; g++) {
@@ -546,20 +557,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
         wm[warp][g] = m;
         wl[warp][g] = l;
     }
-    for (int i = tid; i < G * HD; i += DEC_THREADS)
-        os[i] = 0.0f;
-    __syncthreads();
-    if (tid < G) {
-        float mx = -INFINITY, sum = 0.0f;
-        for (int w = 0; w < DS_WARPS; w++)
-            mx = fmaxf(mx, wm[w][tid]);
-        for (int w = 0; w < DS_WARPS; w++)
-            sum += wm[w][tid] == -INFINITY ? 0.0f : wl[w][tid] * exp2f(wm[w][tid] - mx);
-        mlog[tid] = mx;
-        ms[tid] = mx * 0.6931471805599453f;
-        ls[tid] = sum;
-    }
-    __syncthreads();
+    merge_warps<G>(wm, wl, os, HD, mlog, ms, ls);
 #pragma unroll
     for (int e = 0; e < 2; e++) { /* column e: head 2c + e */
         const int h = 2 * c + e;
