@@ -200,8 +200,10 @@ int launch_rope_qkv(launch_ctx *c, const rope_qkv_args *a);
 int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, float *out, int window, int n_splits);
 /*
  * The same for long contexts, on every GPU: each warp streams keys of its
- * own into registers with an online softmax of its own, and the n_splits
- * blocks (1 .. 32) of a kv head merge through r->part. Faster than the
+ * own into registers with an online softmax of its own (on tensor cores
+ * for fp16 and int8 caches at head_dim 64 and 128 where
+ * c->fast[K_OP_ATTN_DECODE_TC]), and the n_splits blocks (1 .. 32) of a kv
+ * head merge through r->part. Faster than the
  * staged kernel once the cache is long (the engine switches at
  * engine/cuda/state.h's ATTN_STREAM_FROM positions), slower for short ones. Serves 16- and 8-bit
  * caches, head_dim 64, 128 or 256 and groups of 1, 2, 4 or 8 q heads

@@ -122,6 +122,31 @@ __device__ __forceinline__ void decode_rope_step(const rope_qkv_args &a, int kvh
     }
 }
 
+/* A block's start, in both kernels: its share [lo, end) of the keys up to
+ * position pos (the last `window` of them where window > 0) and how many
+ * splits work (as the staged kernel's portable merge: only as many as
+ * there are DS_SPLIT_KEYS keys for; false for a block past them, which
+ * does nothing); then, once the q/k/v product is complete, the rope step,
+ * after which q is in qs and the new rows are in the cache. */
+template <typename T, int G>
+__device__ __forceinline__ bool decode_begin(const rope_qkv_args &a, int window, float *qs, float *nrow, int &pos,
+                                             int &lo, int &end, int &splits)
+{
+    pos = *a.pos0;
+    const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
+    splits = min((int)gridDim.x, (len + DS_SPLIT_KEYS - 1) / DS_SPLIT_KEYS);
+    if ((int)blockIdx.x >= splits)
+        return false;
+    const int share = (len + splits - 1) / splits;
+    lo = lo0 + (int)blockIdx.x * share;
+    end = min(lo + share, pos + 1);
+    dependents_may_launch();
+    dependency_wait(); /* the q/k/v product is complete */
+    decode_rope_step<T, G>(a, blockIdx.y, pos, lo <= pos && pos < end, qs, nrow);
+    __syncthreads();
+    return true;
+}
+
 /* The block's max and sum per head from its warps' (wm, wl): in log2 units
  * (mlog) and natural ones (ms, for merge_global), and the accumulator os
  * [G][hd] zeroed for the warps' weighted sums; by the whole block. */
@@ -164,21 +189,9 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
     const int lpk = hd / DS_EL, kps = 32 / lpk, slot = lane / lpk, sub = lane - slot * lpk;
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
 
-    const int pos = *a.pos0;
-    const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
-    /* As the staged kernel's portable merge: only as many splits work as
-     * there are DS_SPLIT_KEYS keys for. */
-    const int splits = min((int)gridDim.x, (len + DS_SPLIT_KEYS - 1) / DS_SPLIT_KEYS);
-    if (split >= splits)
+    int pos, lo, end, splits;
+    if (!decode_begin<T, G>(a, window, qs, nrow, pos, lo, end, splits))
         return;
-    const int share = (len + splits - 1) / splits;
-    const int lo = lo0 + split * share, end = min(lo + share, pos + 1);
-
-    dependents_may_launch();
-    dependency_wait(); /* the q/k/v product is complete */
-
-    decode_rope_step<T, G>(a, kvh, pos, lo <= pos && pos < end, qs, nrow);
-    __syncthreads(); /* q is in qs, the new rows are in the cache */
 
     /* This lane's 8 elements of q, scaled so that the scores come out in
      * log2 units (exp2 below): by the score scale (Granite's and Gemma's
@@ -400,18 +413,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
     const int nkv = a.n_kv_heads, kvd = nkv * HD;
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
 
-    const int pos = *a.pos0;
-    const int lo0 = window > 0 ? max(0, pos - window + 1) : 0, len = pos + 1 - lo0;
-    const int splits = min((int)gridDim.x, (len + DS_SPLIT_KEYS - 1) / DS_SPLIT_KEYS);
-    if (split >= splits)
+    int pos, lo, end, splits;
+    if (!decode_begin<T, G>(a, window, qs, nrow, pos, lo, end, splits))
         return;
-    const int share = (len + splits - 1) / splits;
-    const int lo = lo0 + split * share, end = min(lo + share, pos + 1);
-
-    dependents_may_launch();
-    dependency_wait(); /* the q/k/v product is complete */
-    decode_rope_step<T, G>(a, kvh, pos, lo <= pos && pos < end, qs, nrow);
-    __syncthreads();
 
     /* q's A fragments: row g (head g), k-step s's columns 2c, 2c + 1 and 2c + 8, 2c + 9 as dims
      * 8 (c + 4 (s / 2)) + 4 (s % 2) + 0, 1 and + 2, 3: the dims lane c's K loads hold. */
