@@ -358,15 +358,6 @@ template <int NW> __device__ __forceinline__ void load_words(uint32_t (&w)[NW], 
     }
 }
 
-/* Two int8 codes as an fp16 pair, exactly: sel puts them at bytes 0 and 2 of
- * a permute of (x, y); each, offset to code + 128, becomes the mantissa of
- * fp16's 1024 (exponent bits 0x64), and 1152 comes off. */
-__device__ __forceinline__ uint32_t i8_pair(uint32_t x, uint32_t y, uint32_t sel)
-{
-    const uint32_t t = (__byte_perm(x, y, sel) & 0x00ff00ffu) ^ 0x64806480u;
-    const __half2 h = __hsub2(*reinterpret_cast<const __half2 *>(&t), __float2half2_rn(1152.0f));
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
 #endif
 
 /*

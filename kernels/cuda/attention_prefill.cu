@@ -207,8 +207,18 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
 
 /* ---- tensor-core path ---- */
 
-#define TC_BQ 64 /* queries per block: 16 per warp, 4 warps */
-#define TC_BK 32 /* keys per tile */
+#define TC_WARPS 8
+#define TC_BQ (16 * TC_WARPS) /* queries per block: 16 per warp */
+/* Keys per tile. 64 measured faster on the H200 at depth 32k (int8 2,035
+ * against 2,185 us, fp16 1,538 against 1,748) but needs more than the 99
+ * KiB of shared memory Ampere's and Ada's consumer GPUs give a block. */
+#define TC_BK 32
+#define TC_STAGES(quant) ((quant) ? 2 : 3) /* stages of K and V rows as 16-bit values */
+/* Stages of an int8/fp8 cache's codes, as many tiles as are in flight: three
+ * (four measured 4% slower on the H200: 2,275 against 2,180 us), at
+ * head_dim 256 two, so that the kernel fits 99 KiB of shared memory
+ * (Ampere's and Ada's consumer GPUs, sm_120: 101,120 bytes of 101,376). */
+#define TC_RAW(hd) ((hd) > 128 ? 2 : 3)
 
 #if TC_COMPILED
 
@@ -223,7 +233,10 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool full)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(full ? 4 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 /* Four 8x8 matrices of 16-bit elements from shared memory, one row address per lane. */
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p)
@@ -292,36 +305,56 @@ __device__ __forceinline__ void tc_stage_codes(uint8_t *raw, float *scl, const Q
 }
 
 /*
- * The staged codes as fp16 for the mma: K's exactly (every int8 and e4m3
- * value is an fp16 value; the row scale is applied to the scores), V's
- * times their row scale, rounded once to fp16 (as an fp16 cache rounds:
- * folding the scale into the softmax weights instead put them among
- * fp16's subnormals).
+ * The staged codes as fp16 for the mma, two at a time with byte permutes
+ * and fp16 arithmetic (i8_pair, f8_pair in kv.cuh: converting through
+ * fp32 took a quarter-rate instruction a code and cost the int8 kernel 9%
+ * at depth 32k). K's exactly (every int8 and e4m3 value is an fp16 value;
+ * the row scale is applied to the scores); V's times their row scale in
+ * fp16, as the decode kernel on tensor cores takes them: rounded twice,
+ * the scale and the product, where an fp16 cache rounds once. Holding the
+ * scale as two fp16 values and rounding once with an fma cost the int8
+ * kernel 9% (H200, depth 32k: 2,180 against 2,079 us) for an error far
+ * below the codes' own (the tests' window of 1, where a query's output is
+ * its own V row: 6.9e-4 against 2.5e-4 of the exact product).
  */
 template <typename Q, int HD, int LD>
 __device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t *raw, const float *scl)
 {
-    constexpr int C8 = HD / 8;
-    for (int i = threadIdx.x; i < 2 * TC_BK * C8; i += blockDim.x) {
-        const int which = i / (TC_BK * C8), rem = i - which * TC_BK * C8, r = rem / C8, c = rem - r * C8;
-        const uint2 w = *reinterpret_cast<const uint2 *>(raw + (which * TC_BK + r) * HD + c * 8);
-        float f[8];
-        word_raw<Q>(w.x, f);
-        word_raw<Q>(w.y, f + 4);
-        const float m = which ? kv_mult<Q>(scl[TC_BK + r]) : kv_mult<Q>(1.0f);
-        __half2 h[4];
+    constexpr int P = HD / 16; /* a thread's item: 8-code chunks c and c + P of one row (16-byte stores side by side) */
+    constexpr bool F8 = std::is_same<Q, fp8e4m3>::value;
+    for (int i = threadIdx.x; i < 2 * TC_BK * P; i += blockDim.x) {
+        const int which = i / (TC_BK * P), rem = i - which * TC_BK * P, r = rem / P, c = rem - r * P;
+        /* e4m3 codes come out 2^-8 times their value */
+        const __half2 m = __float2half2_rn((which ? scl[TC_BK + r] : 1.0f) * (F8 ? 256.0f : 1.0f));
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            h[e] = __floats2half2_rn(f[2 * e] * m, f[2 * e + 1] * m);
-        *reinterpret_cast<uint4 *>((which ? vs : ks) + r * LD + c * 8) = *reinterpret_cast<const uint4 *>(h);
+        for (int h = 0; h < 2; h++) {
+            const int ch = c + h * P;
+            const uint2 w = *reinterpret_cast<const uint2 *>(raw + (which * TC_BK + r) * HD + ch * 8);
+            uint32_t o[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const uint32_t x = e < 2 ? w.x : w.y;
+                o[e] = F8 ? f8_pair(x, 0u, (e & 1) ? 0x3424u : 0x1404u) : i8_pair(x, x, (e & 1) ? 0x3322u : 0x1100u);
+                if (F8 || which) {
+                    const __half2 v = *reinterpret_cast<const __half2 *>(&o[e]);
+                    const __half2 y = __hmul2(v, m);
+                    o[e] = *reinterpret_cast<const uint32_t *>(&y);
+                }
+            }
+            *reinterpret_cast<uint4 *>((which ? vs : ks) + r * LD + ch * 8) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
     }
 }
 
 #endif
 
 /*
- * A block: 64 queries of one head (16 per warp), keys in tiles of 32,
- * double-buffered. Per tile a warp computes S = Q K^T (16 x 32) from Q held
+ * A block: TC_BQ queries of one head (16 per warp), keys in tiles of
+ * TC_BK staged in shared memory for all its warps. Eight warps, not four,
+ * halve the copies a query's keys cost; with ~210 registers a thread
+ * either way an SM holds 8 warps (NVIDIA H200, int8 cache at depth 32k,
+ * 512 queries: 2,705 -> 2,221 us, fp16 1,994 -> 1,796). Per tile a warp
+ * computes S = Q K^T (16 x TC_BK) from Q held
  * in registers as mma A fragments, masks and exponentiates it in
  * registers, and reuses the S accumulators directly as the A fragments of
  * O += P V (the FlashAttention-2 arrangement). Scores are in log2 units
@@ -331,9 +364,9 @@ __device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t
  * its own: reading rows through kv_row cost the int8/fp8 kernels 40 registers of their schedule and 17% of a
  * 32k-token prefill on the H100, 8,223 -> 6,826 tok/s) */
 template <typename T, int KC, typename Q, bool RING, int VS>
-__global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, const float *q, const Q *kc, const Q *vc,
-                                                      const float *ksc, const float *vsc, int pos0, int n, int nh,
-                                                      int nkv, int window, int ring, float scale, float cap)
+__global__ void __launch_bounds__(32 * TC_WARPS)
+    k_attention_tc(void *out, k_dtype ot, const float *q, const Q *kc, const Q *vc, const float *ksc, const float *vsc,
+                   int pos0, int n, int nh, int nkv, int window, int ring, float scale, float cap)
 {
 #if TC_COMPILED
     constexpr int HD = KC * 16, LD = HD + 8; /* 16 bytes of row padding: ldmatrix rows fall in distinct banks */
@@ -344,10 +377,12 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
     const int dz = (int)blockIdx.z * VC * 16;
     constexpr bool QUANT = kv_quant<Q>();
     extern __shared__ __align__(16) unsigned char tc_smem[];
-    T *sm = reinterpret_cast<T *>(tc_smem); /* [2 stages][K, V][TC_BK][LD] */
-    /* int8/fp8: after it, [2 stages][K, V][TC_BK][HD] codes, then [2 stages][K, V][TC_BK] scales */
-    uint8_t *raw = reinterpret_cast<uint8_t *>(sm + 2 * 2 * TC_BK * LD);
-    float *scl = reinterpret_cast<float *>(raw + 2 * 2 * TC_BK * HD);
+    /* [NS][K, V][TC_BK][LD] rows as T; int8/fp8: then [NR][K, V][TC_BK][HD] codes, [NR][K, V][TC_BK]
+     * scales and [2][TC_BK] K scales, the converted stages' own (tc_smem_bytes) */
+    constexpr int NS = TC_STAGES(QUANT), NR = TC_RAW(HD);
+    T *sm = reinterpret_cast<T *>(tc_smem);
+    uint8_t *raw = reinterpret_cast<uint8_t *>(sm + NS * 2 * TC_BK * LD);
+    float *scl = reinterpret_cast<float *>(raw + NR * 2 * TC_BK * HD), *kscl = scl + NR * 2 * TC_BK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_BQ; /* the longest blocks start first */
     const int h = blockIdx.y, kvh = h / (nh / nkv), kvd = nkv * HD;
@@ -376,40 +411,69 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
     for (int i = 0; i < 2 * VC; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
-    auto stage = [&](int st, int k0) {
-        T *ks = sm + st * 2 * TC_BK * LD;
-        if constexpr (QUANT)
-            tc_stage_codes<Q, HD>(raw + st * 2 * TC_BK * HD, scl + st * 2 * TC_BK, kc, vc, ksc, vsc, k0, end, kvd,
-                                  kvh, RING ? ring : 0);
-        else
-            tc_stage<T, HD, LD>(ks, ks + TC_BK * LD, kc, vc, k0, end, kvd, kvh, RING ? ring : 0);
-    };
+    /*
+     * One barrier a tile. A 16-bit cache's rows arrive two tiles ahead, in
+     * three stages: at tile it's barrier every thread's copies of it have
+     * landed and every warp is done with tile it - 1, whose stage then takes
+     * tile it + 2. An int8/fp8 cache's codes arrive up to NR tiles ahead, in
+     * NR stages, and are turned into fp16 one tile ahead, into two stages
+     * of rows (their K scales copied beside them): between two barriers a
+     * warp converts its share of tile it + 1 and multiplies tile it, so the
+     * conversion runs beside other warps' products, not between barriers of
+     * its own; the barrier also frees the codes' stage of tile it, which
+     * then takes tile it + NR.
+     */
     const int ntiles = (end - lo + TC_BK - 1) / TC_BK;
-    stage(0, lo);
-    cp_async_commit();
+    auto stage = [&](int t) { /* tile t's copies, if it exists; a commit group either way */
+        if (t < ntiles) {
+            const int k0 = lo + t * TC_BK;
+            if constexpr (QUANT)
+                tc_stage_codes<Q, HD>(raw + (t % NR) * 2 * TC_BK * HD, scl + (t % NR) * 2 * TC_BK, kc, vc,
+                                      ksc, vsc, k0, end, kvd, kvh, RING ? ring : 0);
+            else
+                tc_stage<T, HD, LD>(sm + (t % NS) * 2 * TC_BK * LD, sm + (t % NS) * 2 * TC_BK * LD + TC_BK * LD, kc,
+                                    vc, k0, end, kvd, kvh, RING ? ring : 0);
+        }
+        cp_async_commit();
+    };
+    auto convert = [&](int t) { /* tile t's codes, landed and published, as fp16 rows in stage t % 2 */
+        if constexpr (QUANT)
+            if (t < ntiles) {
+                T *ks = sm + (t & 1) * 2 * TC_BK * LD;
+                tc_convert<Q, HD, LD>(ks, ks + TC_BK * LD, raw + (t % NR) * 2 * TC_BK * HD,
+                                      scl + (t % NR) * 2 * TC_BK);
+                for (int i = threadIdx.x; i < TC_BK; i += blockDim.x) /* the codes' stage is refilled first */
+                    kscl[(t & 1) * TC_BK + i] = scl[(t % NR) * 2 * TC_BK + i];
+            }
+    };
+    stage(0);
+    stage(1);
+    if constexpr (QUANT) {
+        for (int t = 2; t < NR; t++)
+            stage(t);
+        cp_async_wait<NR - 1>(); /* tile 0's codes */
+        __syncthreads();
+        convert(0);
+    }
     for (int it = 0; it < ntiles; it++) {
         const int k0 = lo + it * TC_BK;
-        if (it + 1 < ntiles)
-            stage((it + 1) & 1, k0 + TC_BK);
-        cp_async_commit(); /* possibly empty: keeps "all but the newest group" meaning this tile */
-        cp_async_wait1();
+        cp_async_wait<QUANT ? NR - 2 : 1>(); /* 16-bit: tile it's rows; int8/fp8: tile it + 1's codes */
         __syncthreads();
-        if constexpr (QUANT) { /* the codes as fp16 in the tile's stage */
-            T *ks = sm + (it & 1) * 2 * TC_BK * LD;
-            tc_convert<Q, HD, LD>(ks, ks + TC_BK * LD, raw + (it & 1) * 2 * TC_BK * HD, scl + (it & 1) * 2 * TC_BK);
-            __syncthreads();
-        }
+        stage(it + (QUANT ? NR : 2));
+        if constexpr (QUANT)
+            convert(it + 1);
         /* Skip a tile wholly after the warp's last query or before its first query's window. */
         if (active && k0 <= whi && (window <= 0 || k0 + TC_BK - 1 > wlo - window)) {
-            const T *ks = sm + (it & 1) * 2 * TC_BK * LD, *vs = ks + TC_BK * LD;
-            float s[4][4];
+            const T *ks = sm + (it % NS) * 2 * TC_BK * LD, *vs = ks + TC_BK * LD;
+            constexpr int NT = TC_BK / 8; /* n-tiles of 8 keys */
+            float s[NT][4];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < NT; i++)
                 s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < KC; kk++)
 #pragma unroll
-                for (int np = 0; np < 2; np++) { /* keys np*16 .. +15: two n-tiles of 8 */
+                for (int np = 0; np < NT / 2; np++) { /* keys np*16 .. +15: two n-tiles of 8 */
                     uint32_t b[4];
                     ldsm_x4(b, ks + (np * 16 + ((lane >> 4) & 1) * 8 + (lane & 7)) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
                     tc_ops<T>::mma(s[2 * np], qh[kk], b[0], b[1]);
@@ -419,25 +483,35 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
                 }
             /* Accumulator element e of n-tile nt: row (e >> 1 ? g + 8 : g), key nt*8 + 2*t4 + (e & 1). */
             if constexpr (QUANT) { /* K's row scales */
-                const float *ksl = scl + (it & 1) * 2 * TC_BK;
+                const float *ksl = kscl + (it & 1) * TC_BK;
 #pragma unroll
-                for (int nt = 0; nt < 4; nt++)
+                for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
                         s[nt][e] *= ksl[nt * 8 + 2 * t4 + (e & 1)]; /* the codes are exact values (tc_convert) */
             }
+            if (cap2 > 0.0f)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[nt][e] = soft_cap(s[nt][e], cap2);
+            /* The mask, where the tile reaches past the warp's first query or into its last one's window. */
+            if (k0 + TC_BK - 1 > wlo || (window > 0 && k0 <= whi - window))
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = k0 + nt * 8 + 2 * t4 + (e & 1), p = (e >> 1) ? p1 : p0;
+                        if (key > p || (window > 0 && key <= p - window))
+                            s[nt][e] = -INFINITY; /* (rows past n are computed on q = 0 and never stored) */
+                    }
             float mx[2] = {m[0], m[1]};
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = k0 + nt * 8 + 2 * t4 + (e & 1), p = (e >> 1) ? p1 : p0;
-                    if (cap2 > 0.0f)
-                        s[nt][e] = soft_cap(s[nt][e], cap2);
-                    if (key > p || (window > 0 && key <= p - window))
-                        s[nt][e] = -INFINITY; /* (rows past n are computed on q = 0 and never stored) */
+                for (int e = 0; e < 4; e++)
                     mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
-                }
             float ref[2], corr[2];
 #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -449,7 +523,7 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
                 l[r] *= corr[r];
             }
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     s[nt][e] = exp2f(s[nt][e] - ref[e >> 1]);
@@ -463,7 +537,7 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
                 o[i][3] *= corr[1];
             }
 #pragma unroll
-            for (int c2 = 0; c2 < 2; c2++) { /* keys c2*16 .. +15 */
+            for (int c2 = 0; c2 < NT / 2; c2++) { /* keys c2*16 .. +15 */
                 uint32_t ph[4], pl[4];
                 split2<T>(s[2 * c2][0], s[2 * c2][1], ph[0], pl[0]);
                 split2<T>(s[2 * c2][2], s[2 * c2][3], ph[1], pl[1]);
@@ -481,7 +555,6 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
                 }
             }
         }
-        __syncthreads(); /* this stage is read before the next iteration's copy refills it */
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -500,11 +573,12 @@ __global__ void __launch_bounds__(128) k_attention_tc(void *out, k_dtype ot, con
 #endif
 }
 
-/* The tensor-core kernel's shared memory: two stages of K and V rows, and int8/fp8's codes and scales. At
- * head_dim 128 34,816 bytes (51,712 with codes), at 256 67,584 (100,864). */
+/* The tensor-core kernel's shared memory (the kernel's layout): at head_dim 128 52,224 bytes (60,416 for codes),
+ * at 256 101,376 (101,120). */
 static size_t tc_smem_bytes(int hd, size_t elem, bool quant)
 {
-    return (size_t)2 * 2 * TC_BK * (hd + 8) * elem + (quant ? (size_t)2 * 2 * TC_BK * (hd + sizeof(float)) : 0);
+    return (size_t)TC_STAGES(quant) * 2 * TC_BK * (hd + 8) * elem +
+           (quant ? (size_t)TC_RAW(hd) * 2 * TC_BK * (hd + sizeof(float)) + 2 * TC_BK * sizeof(float) : 0);
 }
 
 template <typename T, int KC, typename Q>
@@ -518,8 +592,8 @@ static void tc_launch(launch_ctx *c, void *out, k_dtype ot, const float *q, cons
     if (smem > 48 * 1024)
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     const dim3 grid(ceil_div(n, TC_BQ), (unsigned)nh, VS);
-    kern<<<grid, 128, smem, c->stream>>>(out, ot, q, static_cast<const Q *>(kc), static_cast<const Q *>(vc), ksc, vsc,
-                                         pos0, n, nh, nkv, window, ring, scale, cap);
+    kern<<<grid, 32 * TC_WARPS, smem, c->stream>>>(out, ot, q, static_cast<const Q *>(kc), static_cast<const Q *>(vc),
+                                                   ksc, vsc, pos0, n, nh, nkv, window, ring, scale, cap);
 }
 
 template <typename T, typename Q>

@@ -60,6 +60,27 @@ template <typename T> __device__ __forceinline__ void word_raw(uint32_t w, float
     }
 }
 
+/* Two int8 codes as an fp16 pair, exactly: sel puts them at bytes 0 and 2 of
+ * a permute of (x, y); each, offset to code + 128, becomes the mantissa of
+ * fp16's 1024 (exponent bits 0x64), and 1152 comes off. */
+__device__ __forceinline__ uint32_t i8_pair(uint32_t x, uint32_t y, uint32_t sel)
+{
+    const uint32_t t = (__byte_perm(x, y, sel) & 0x00ff00ffu) ^ 0x64806480u;
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2 *>(&t), __float2half2_rn(1152.0f));
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* Two e4m3 codes as an fp16 pair, exactly, each 2^-8 times its value: sel
+ * puts them at bytes 1 and 3 of a permute of (x, y); the sign stays at the
+ * top of each half, exponent and mantissa move one bit down (fp16 has one
+ * more exponent bit), so an e4m3 exponent e reads as 2^(e - 15), not
+ * 2^(e - 7), and subnormals as fp16 subnormals. */
+__device__ __forceinline__ uint32_t f8_pair(uint32_t x, uint32_t y, uint32_t sel)
+{
+    const uint32_t t = __byte_perm(x, y, sel);
+    return (t & 0x80008000u) | ((t >> 1) & 0x3f803f80u);
+}
+
 /* Row quantization, by one warp: x[hd] (fp32, any memory) to codes[hd] and its scale, which it returns. */
 template <typename T> __device__ __forceinline__ float kv_quantize_row(T *codes, const float *x, int hd)
 {
