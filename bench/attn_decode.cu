@@ -21,8 +21,7 @@
 #include <cstring>
 #include <vector>
 
-#include "bench_cuda.cuh"
-#include "kernels/kernels_cuda.h"
+#include "attn_bench.cuh"
 
 static const char *kv_name(k_kv_type t)
 {
@@ -57,18 +56,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "attn_decode: bad shape\n");
         return 2;
     }
-    cuda_caps caps;
-    char err[256];
-    if (launch_caps(0, &caps, err, sizeof err)) {
-        fprintf(stderr, "attn_decode: %s\n", err);
-        return 1;
-    }
-    launch_ctx lc = {};
-    BENCH_CK(cudaStreamCreate(&lc.stream));
     cudaDeviceProp prop;
-    BENCH_CK(cudaGetDeviceProperties(&prop, 0));
-    lc.n_sms = prop.multiProcessorCount;
-    launch_paths(&lc, &caps);
+    launch_ctx lc = attn_bench_ctx("attn_decode", &prop);
     printf("device %s, capability acted on %d, depth %d, heads %d/%d, head_dim %d, %d layers in turn\n", prop.name,
            lc.cc, depth, nh, nkv, hd, layers);
 
@@ -89,12 +78,7 @@ int main(int argc, char **argv)
     BENCH_CK(cudaMalloc(&scales, (size_t)layers * 2 * n_ctx * nkv * 4));
     BENCH_CK(cudaMemset(count, 0, (size_t)nkv * 4));
     {
-        /* Values that are finite in every type: small fp16/bf16 numbers, int8/fp8 codes below 0x70. */
-        std::vector<uint16_t> h(rows);
-        for (size_t i = 0; i < rows; i++)
-            h[i] = (uint16_t)((0x3000 + (i * 2654435761u >> 20) % 0x0c00) & 0xff6f) ^ (uint16_t)((i & 1) << 15);
-        for (int l = 0; l < 2 * layers; l++)
-            BENCH_CK(cudaMemcpy((char *)cache + (size_t)l * rows * 2, h.data(), rows * 2, cudaMemcpyHostToDevice));
+        attn_bench_fill(cache, rows, 2 * layers);
         std::vector<float> f((size_t)n_ctx * hd / 2 > (size_t)(nh + 2 * nkv) * hd ? (size_t)n_ctx * hd / 2
                                                                                   : (size_t)(nh + 2 * nkv) * hd);
         for (size_t i = 0; i < f.size(); i++)

@@ -19,8 +19,7 @@
 #include <cstring>
 #include <vector>
 
-#include "bench_cuda.cuh"
-#include "kernels/kernels_cuda.h"
+#include "attn_bench.cuh"
 
 static const char *kv_name(k_kv_type t)
 {
@@ -48,18 +47,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "attn_prefill: bad shape\n");
         return 2;
     }
-    cuda_caps caps;
-    char err[256];
-    if (launch_caps(0, &caps, err, sizeof err)) {
-        fprintf(stderr, "attn_prefill: %s\n", err);
-        return 1;
-    }
-    launch_ctx lc = {};
-    BENCH_CK(cudaStreamCreate(&lc.stream));
     cudaDeviceProp prop;
-    BENCH_CK(cudaGetDeviceProperties(&prop, 0));
-    lc.n_sms = prop.multiProcessorCount;
-    launch_paths(&lc, &caps);
+    launch_ctx lc = attn_bench_ctx("attn_prefill", &prop);
     const int ctx = pos0 + n, kvd = nkv * hd;
     printf("device %s, capability acted on %d, queries %d at positions %d..%d, heads %d/%d, head_dim %d, "
            "%d layers in turn\n",
@@ -73,12 +62,7 @@ int main(int argc, char **argv)
     BENCH_CK(cudaMalloc(&cache, (size_t)layers * 2 * rows * 2)); /* the largest type measured is 2 bytes */
     BENCH_CK(cudaMalloc(&scales, (size_t)layers * 2 * ctx * nkv * 4));
     {
-        /* Values that are finite in every type: small fp16/bf16 numbers, int8/fp8 codes below 0x70. */
-        std::vector<uint16_t> h(rows);
-        for (size_t i = 0; i < rows; i++)
-            h[i] = (uint16_t)((0x3000 + (i * 2654435761u >> 20) % 0x0c00) & 0xff6f) ^ (uint16_t)((i & 1) << 15);
-        for (int l = 0; l < 2 * layers; l++)
-            BENCH_CK(cudaMemcpy((char *)cache + (size_t)l * rows * 2, h.data(), rows * 2, cudaMemcpyHostToDevice));
+        attn_bench_fill(cache, rows, 2 * layers);
         std::vector<float> f((size_t)n * nh * hd);
         for (size_t i = 0; i < f.size(); i++)
             f[i] = (float)((i * 40503u >> 7) % 200) / 100.0f - 1.0f;
