@@ -36,11 +36,11 @@
  * sums): at depth 32k it is bound by issue, not memory (ncu: 0.48
  * instructions a cycle per scheduler, 0.87 eligible warps of 3.84). Where
  * the device has Ampere's mma.sync (paths.cu, K_OP_ATTN_DECODE_TC) the
- * fp16 and int8 caches at head_dim 64 and 128 go to a second kernel
- * below, k_attention_decode_stream_tc, the same work on tensor cores:
- * 2,595 GB/s (fp16) and 1,528 (int8) at 16 splits, same machine and
- * shape, 2026-11-29. bf16 and fp8 caches, head_dim 256 and Turing keep
- * the CUDA-core kernel.
+ * fp16, int8 and fp8 caches at head_dim 64 and 128 go to a second
+ * kernel below, k_attention_decode_stream_tc, the same work on tensor
+ * cores: 3,253 GB/s (fp16), 2,050 (int8) and 1,959 (fp8) at 16 splits,
+ * same machine and shape, 2026-11-30. bf16 caches, head_dim 256 and
+ * Turing keep the CUDA-core kernel.
  */
 #include "attention_decode.cuh"
 #include "mma.cuh"
@@ -148,15 +148,11 @@ __device__ __forceinline__ bool decode_begin(const rope_qkv_args &a, int window,
 }
 
 /* The block's max and sum per head from its warps' (wm, wl): in log2 units
- * (mlog) and natural ones (ms, for merge_global), and the accumulator os
- * [G][hd] zeroed for the warps' weighted sums; by the whole block. */
+ * (mlog) and natural ones (ms, for merge_global); by the whole block. */
 template <int G>
-__device__ __forceinline__ void merge_warps(const float (*wm)[G], const float (*wl)[G], float *os, int hd, float *mlog,
-                                            float *ms, float *ls)
+__device__ __forceinline__ void merge_warps(const float (*wm)[G], const float (*wl)[G], float *mlog, float *ms, float *ls)
 {
     const int tid = threadIdx.x;
-    for (int i = tid; i < G * hd; i += DEC_THREADS)
-        os[i] = 0.0f;
     __syncthreads();
     if (tid < G) {
         float mx = -INFINITY, sum = 0.0f;
@@ -323,7 +319,9 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
             wm[warp][g] = m[g];
             wl[warp][g] = l[g];
         }
-    merge_warps<G>(wm, wl, os, hd, mlog, ms, ls);
+    for (int i = tid; i < G * hd; i += DEC_THREADS)
+        os[i] = 0.0f;
+    merge_warps<G>(wm, wl, mlog, ms, ls);
     if (slot == 0)
 #pragma unroll
         for (int g = 0; g < G; g++) {
@@ -341,8 +339,6 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
 /* ---- the tensor-core kernel: the same work on mma.sync (sm_80 on) ---- */
 
 #if TC_COMPILED
-/* DT_GROUPS groups of 16 keys a warp loads before it uses the first: int8's rows are half fp16's registers. */
-template <typename T> constexpr int dt_groups() { return sizeof(T) == 1 ? 2 : 1; }
 
 /* NW words of a row from p, one load, read once (evict first). */
 template <int NW> __device__ __forceinline__ void load_words(uint32_t (&w)[NW], const void *p)
@@ -358,49 +354,79 @@ template <int NW> __device__ __forceinline__ void load_words(uint32_t (&w)[NW], 
     }
 }
 
+/* Byte bx of x and byte by of y, two int8 or e4m3 codes, as an fp16 pair, exactly (kv.cuh: an e4m3 code reads as
+ * 2^-8 times its value). */
+template <typename T> __device__ __forceinline__ uint32_t code_pair(uint32_t x, uint32_t y, int bx, int by)
+{
+    if constexpr (std::is_same<T, int8_t>::value)
+        return i8_pair(x, y, (uint32_t)(bx | bx << 4 | (4 + by) << 8 | (4 + by) << 12));
+    else
+        return f8_pair(x, y, (uint32_t)(bx << 4 | (4 + by) << 12));
+}
+
+/* What a code's fp16 pair element is multiplied by to give the code's value: 1 for int8, 2^8 for e4m3. */
+template <typename T> constexpr float code_unit() { return std::is_same<T, int8_t>::value ? 1.0f : 256.0f; }
+
+/* A power of two the value weights of an int8 cache carry (P times the row's scale, amax / 127, is
+ * fp16-subnormal for amax below 7.7e-3; times 64, below 1.2e-4) and the output gives back. e4m3's 2^8 does the
+ * same for it. */
+template <typename T> constexpr float vw_unit() { return std::is_same<T, int8_t>::value ? 64.0f : 1.0f; }
+
+/* The XOR on a warp's 16-byte output slots of head h (below): lanes c of a store phase (h / 2 = c) differ in the
+ * slot bits their g does not set (KS 8: bit 1; KS 4: bit 0). */
+template <int KS> __device__ __forceinline__ int ws_swizzle(int h)
+{
+    const int c = h >> 1;
+    return KS == 8 ? (c & 1) | (c & 2) << 1 : (c & 3) << 1;
+}
+
 #endif
 
 /*
- * The long-context decode on tensor cores, for an fp16 or int8 cache and
- * head_dim 64 or 128 (G q heads of a kv head, up to 8). Each warp takes
- * its keys 16 at a time, as the CUDA-core kernel above takes them a row
- * per lane group, with no shared memory or barrier in the loop. With
- * g = lane / 4 and c = lane % 4 (mma.cuh's fragment layouts):
+ * The long-context decode on tensor cores, for an fp16, int8 or fp8 cache
+ * and head_dim 64 or 128 (G q heads of a kv head, up to 8). Each warp
+ * takes its keys 16 at a time, as the CUDA-core kernel above takes them a
+ * row per lane group, with no shared memory or barrier in the loop, the
+ * next 16 keys' rows loading while these are used. With g = lane / 4 and
+ * c = lane % 4 (mma.cuh's fragment layouts):
  *  - scores S = Q K^T as two 16x8 products (keys 0-7 and 8-15 of the
- *    group): A is q, rows the heads (rows G.. and g + 8 zero), held in
- *    registers for the whole launch, split into an fp16 value and the fp16
- *    rounding of its remainder (two products, ~22 bits of q: as the prefill
- *    kernel); B is K^T, column g a key row the lane loads itself. The
- *    product's contraction order is free, so lane c reads the row's 8-dim
- *    chunks c, c + 4, ... in 16-byte loads and k-step s takes half of
- *    chunk c + 4 (s / 2). Lane (g, c) ends with head g's scores of keys
- *    2c, 2c + 1, 8 + 2c, 9 + 2c;
+ *    group): A is q, held in registers for the whole launch, split into
+ *    an fp16 value and the fp16 rounding of its remainder (~22 bits of q,
+ *    as the prefill kernel): row g holds head g % G's value, row g + 8 its
+ *    remainder, so one product gives both and a lane adds its two rows. B
+ *    is K^T, column g a key row the lane loads itself. The product's
+ *    contraction order is free, so lane c reads the row's 8-dim chunks c,
+ *    c + 4, ... in 16-byte loads and k-step s takes half of chunk c + 4
+ *    (s / 2). Lane (g, c) ends with head g % G's scores of keys 2c,
+ *    2c + 1, 8 + 2c, 9 + 2c (lanes of the same head compute the same);
  *  - the online softmax per head over the 16 (two shuffles), in log2 units;
- *  - O^T += V^T P^T as HD / 16 products of 16 dims x 8 heads: head g's
- *    weights of those four keys are exactly the B fragment (P, split in
- *    two as q), and A is V^T: the lane loads the four keys' rows, dims
- *    (HD / 16) g .. and (HD / 16)(g + 8) .., and pairs the two keys of a
- *    register with one byte permute (int8: then the offset trick of
- *    i8_pair and the row scales, an fp16 multiply: V as an fp16 cache
- *    would hold it). Product i's row m is dim (HD / 16) m + i.
- * An int8 key's scale multiplies its score. Per 16 keys a warp issues 24
- * (64: 12) product pairs and a few dozen other instructions where the
- * CUDA-core kernel issues about a thousand.
+ *  - O^T += V^T P^T as HD / 16 products of 16 dims x 8 columns: a lane's
+ *    weights of those four keys are exactly the B fragment of column g.
+ *    Split in two as q: for a group of up to 4 heads, columns g < G take
+ *    head g's values and columns G .. 2G - 1 the remainders of head g - G,
+ *    so one product serves both (8 heads: two products). A is V^T: the
+ *    lane loads the four keys' rows, dims (HD / 16) g .. and
+ *    (HD / 16)(g + 8) .., and pairs the two keys of a register with one
+ *    byte permute (int8, fp8: exact fp16 codes by kv.cuh's i8_pair and
+ *    f8_pair). Product i's row m is dim (HD / 16) m + i.
+ * An int8 or fp8 key's scale multiplies its score; a value row's scale
+ * multiplies the key's weight before it is split, so V is rounded once.
+ * Per 16 keys a warp issues 24 (head_dim 64: 12) products and a few dozen
+ * other instructions where the CUDA-core kernel issues about a thousand.
  */
 template <typename T, int G, int HD, bool CAP>
 __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(float *out, rope_qkv_args a, int window)
 {
 #if TC_COMPILED
-    constexpr bool QUANT = kv_quant<T>();
+    constexpr bool QUANT = kv_quant<T>(), I8 = std::is_same<T, int8_t>::value;
     constexpr int KS = HD / 16;                 /* k-steps of the scores; products of the output; V dims a row half */
     constexpr int KW = 8 * sizeof(T) / 4;       /* words of an 8-element chunk of K                                   */
     constexpr int VW = KS * sizeof(T) / 4;      /* words of a lane's run of KS elements of V                          */
-    constexpr int U = dt_groups<T>();
-    __shared__ __align__(16) float qs[G * HD], os[G * HD];
+    __shared__ __align__(16) float qs[G * HD], os[G * HD], ws[DS_WARPS][G * HD]; /* ws: the warps' outputs */
     __shared__ float nrow[2 * HD];
     __shared__ float wm[DS_WARPS][G], wl[DS_WARPS][G], mlog[G], ms[G], ls[G], wt[G * DEC_PART_SPLITS];
     const int split = blockIdx.x, kvh = blockIdx.y;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3, hq = g % G;
     const int nkv = a.n_kv_heads, kvd = nkv * HD;
     const T *kc = static_cast<const T *>(a.k_cache), *vc = static_cast<const T *>(a.v_cache);
 
@@ -408,19 +434,33 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
     if (!decode_begin<T, G>(a, window, qs, nrow, pos, lo, end, splits))
         return;
 
-    /* q's A fragments: row g (head g), k-step s's columns 2c, 2c + 1 and 2c + 8, 2c + 9 as dims
-     * 8 (c + 4 (s / 2)) + 4 (s % 2) + 0, 1 and + 2, 3: the dims lane c's K loads hold. */
+    /* q's A fragments: rows g and g + 8 (head hq's value and remainder), k-step s's columns 2c, 2c + 1 and
+     * 2c + 8, 2c + 9 as dims 8 (c + 4 (s / 2)) + 4 (s % 2) + 0, 1 and + 2, 3: the dims lane c's K loads hold. */
     const float qscale = (a.score_scale > 0.0f ? a.score_scale : rsqrtf((float)HD)) * 1.4426950408889634f;
     const float cap2 = a.softcap * 1.4426950408889634f;
-    uint32_t qh[KS][2], ql[KS][2];
+    uint32_t qa[KS][4];
 #pragma unroll
     for (int s = 0; s < KS; s++)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int d = 8 * (c + 4 * (s >> 1)) + 4 * (s & 1) + 2 * r;
-            const float x = g < G ? qs[g * HD + d] * qscale : 0.0f, y = g < G ? qs[g * HD + d + 1] * qscale : 0.0f;
-            split2<__half>(x, y, qh[s][r], ql[s][r]);
+            split2<__half>(qs[hq * HD + d] * qscale, qs[hq * HD + d + 1] * qscale, qa[s][2 * r], qa[s][2 * r + 1]);
         }
+    /* int8: K's codes enter the products as code + 1152 (one byte permute a pair, I8); the scores take back
+     * 1152 times the sum of q's elements as the products hold them. */
+    float koff = 0.0f;
+    if constexpr (I8) {
+#pragma unroll
+        for (int s = 0; s < KS; s++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const float2 f = tc_ops<__half>::unpack(qa[s][r]);
+                koff += f.x + f.y;
+            }
+        koff += __shfl_xor_sync(0xffffffffu, koff, 1);
+        koff += __shfl_xor_sync(0xffffffffu, koff, 2);
+        koff *= 1152.0f;
+    }
     float m = -INFINITY, l = 0.0f, acc[KS][4];
 #pragma unroll
     for (int i = 0; i < KS; i++)
@@ -429,122 +469,143 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
     /* The warp's keys: a contiguous part of the block's, whole groups of 16. */
     const int per = ((end - lo + DS_WARPS - 1) / DS_WARPS + 15) / 16 * 16;
     const int wlo = lo + warp * per, wend = min(wlo + per, end);
-    for (int k0 = wlo; k0 < wend; k0 += 16 * U) {
-        uint32_t kw[U][2][KS / 2][KW], vw[U][4][2][VW];
-        float ksc[U][4], vsc[U][4];
+    /* A group's rows as a lane loads them. */
+    struct rows {
+        uint32_t kw[2][KS / 2][KW], vw[4][2][VW];
+        float ksc[4], vsc[4];
+    };
+    auto load = [&](rows &b, int k0) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int t = 0; t < 2; t++) { /* K: key 8t + g of the group, chunks c, c + 4, ... */
+            const int key = k0 + 8 * t + g;
+            const size_t r = (size_t)kv_row(key < wend ? key : wlo, a.ring);
 #pragma unroll
-            for (int t = 0; t < 2; t++) { /* K: key 8t + g of the group, chunks c, c + 4, ... */
-                const int key = k0 + 16 * u + 8 * t + g;
-                const size_t r = (size_t)kv_row(key < wend ? key : wlo, a.ring);
-#pragma unroll
-                for (int j = 0; j < KS / 2; j++)
-                    load_words<KW>(kw[u][t][j], kc + r * kvd + (size_t)kvh * HD + 8 * (c + 4 * j));
-            }
-#pragma unroll
-            for (int i = 0; i < 4; i++) { /* V: keys 2c, 2c + 1, 8 + 2c, 9 + 2c; dims of rows g and g + 8 */
-                const int key = k0 + 16 * u + 8 * (i >> 1) + 2 * c + (i & 1);
-                const size_t r = (size_t)kv_row(key < wend ? key : wlo, a.ring);
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    load_words<VW>(vw[u][i][h], vc + r * kvd + (size_t)kvh * HD + KS * (g + 8 * h));
-                if constexpr (QUANT) {
-                    ksc[u][i] = __ldcs(a.k_scale + r * nkv + kvh);
-                    vsc[u][i] = __ldcs(a.v_scale + r * nkv + kvh);
-                }
-            }
+            for (int j = 0; j < KS / 2; j++)
+                load_words<KW>(b.kw[t][j], kc + r * kvd + (size_t)kvh * HD + 8 * (c + 4 * j));
         }
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int g0 = k0 + 16 * u;
-            if (g0 >= wend)
-                break;
-            /* Scores of keys 2c, 2c + 1 (product t = 0) and 8 + 2c, 9 + 2c (t = 1) for head g. */
-            float sc[4];
+        for (int i = 0; i < 4; i++) { /* V: keys 2c, 2c + 1, 8 + 2c, 9 + 2c; dims of rows g and g + 8 */
+            const int key = k0 + 8 * (i >> 1) + 2 * c + (i & 1);
+            const size_t r = (size_t)kv_row(key < wend ? key : wlo, a.ring);
 #pragma unroll
-            for (int t = 0; t < 2; t++) {
-                float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int s = 0; s < KS; s++) {
-                    const uint32_t *w = kw[u][t][s >> 1];
-                    uint32_t b0, b1;
-                    if constexpr (QUANT) {
-                        b0 = i8_pair(w[s & 1], w[s & 1], 0x1100u);
-                        b1 = i8_pair(w[s & 1], w[s & 1], 0x3322u);
-                    } else {
-                        b0 = w[2 * (s & 1)];
-                        b1 = w[2 * (s & 1) + 1];
-                    }
-                    const uint32_t ah[4] = {qh[s][0], 0u, qh[s][1], 0u}, al[4] = {ql[s][0], 0u, ql[s][1], 0u};
-                    tc_ops<__half>::mma(d, ah, b0, b1);
-                    tc_ops<__half>::mma(d, al, b0, b1);
-                }
-                sc[2 * t] = d[0];
-                sc[2 * t + 1] = d[1];
-            }
-            float mx = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float v = sc[i];
-                if constexpr (QUANT)
-                    v *= kv_mult<T>(ksc[u][i]);
-                if constexpr (CAP)
-                    v = soft_cap(v, cap2);
-                sc[i] = g0 + 8 * (i >> 1) + 2 * c + (i & 1) < wend ? v : -INFINITY;
-                mx = fmaxf(mx, sc[i]);
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m, mx); /* finite: the group's first key is live */
-            const float corr = exp2f(m - m_new);
-            m = m_new;
-            float p[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                p[i] = exp2f(sc[i] - m_new);
-            l = l * corr + ((p[0] + p[1]) + (p[2] + p[3]));
-            /* The output's columns are heads 2c and 2c + 1: their corrections from lanes 8c and 8c + 4. */
-            const float c0 = __shfl_sync(0xffffffffu, corr, 8 * c), c1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
-            uint32_t ph[2], pl[2];
-            split2<__half>(p[0], p[1], ph[0], pl[0]);
-            split2<__half>(p[2], p[3], ph[1], pl[1]);
-            uint32_t vs[2];
+            for (int h = 0; h < 2; h++)
+                load_words<VW>(b.vw[i][h], vc + r * kvd + (size_t)kvh * HD + KS * (g + 8 * h));
             if constexpr (QUANT) {
-                const __half2 v0 = __floats2half2_rn(kv_mult<T>(vsc[u][0]), kv_mult<T>(vsc[u][1]));
-                const __half2 v1 = __floats2half2_rn(kv_mult<T>(vsc[u][2]), kv_mult<T>(vsc[u][3]));
-                vs[0] = *reinterpret_cast<const uint32_t *>(&v0);
-                vs[1] = *reinterpret_cast<const uint32_t *>(&v1);
+                b.ksc[i] = __ldcs(a.k_scale + r * nkv + kvh);
+                b.vsc[i] = __ldcs(a.v_scale + r * nkv + kvh);
             }
+        }
+    };
+    auto use = [&](const rows &b, int g0) {
+        /* Scores of keys 2c, 2c + 1 (product t = 0) and 8 + 2c, 9 + 2c (t = 1) for head hq. */
+        float sc[4];
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int s = 0; s < KS; s++) {
+                const uint32_t *w = b.kw[t][s >> 1];
+                uint32_t b0, b1;
+                if constexpr (I8) { /* bytes code + 128 under fp16's 1024: code + 1152 */
+                    const uint32_t x = w[s & 1] ^ 0x80808080u;
+                    b0 = __byte_perm(x, 0x64646464u, 0x4140u);
+                    b1 = __byte_perm(x, 0x64646464u, 0x4342u);
+                } else if constexpr (QUANT) {
+                    b0 = code_pair<T>(w[s & 1], w[s & 1], 0, 1);
+                    b1 = code_pair<T>(w[s & 1], w[s & 1], 2, 3);
+                } else {
+                    b0 = w[2 * (s & 1)];
+                    b1 = w[2 * (s & 1) + 1];
+                }
+                tc_ops<__half>::mma(d, qa[s], b0, b1);
+            }
+            sc[2 * t] = d[0] + d[2] - koff; /* the value's row and the remainder's */
+            sc[2 * t + 1] = d[1] + d[3] - koff;
+        }
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float v = sc[i];
+            if constexpr (QUANT)
+                v *= b.ksc[i] * code_unit<T>();
+            if constexpr (CAP)
+                v = soft_cap(v, cap2);
+            sc[i] = g0 + 8 * (i >> 1) + 2 * c + (i & 1) < wend ? v : -INFINITY;
+            mx = fmaxf(mx, sc[i]);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m, mx); /* finite: the group's first key is live */
+        const float corr = exp2f(m - m_new);
+        m = m_new;
+        float p[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            p[i] = exp2f(sc[i] - m_new);
+        l = l * corr + ((p[0] + p[1]) + (p[2] + p[3]));
+        /* The output's columns 2c and 2c + 1: their corrections from lanes 8c and 8c + 4 (the same heads), where
+         * a head's max moved (after the first keys, seldom). */
+        if (__any_sync(0xffffffffu, corr != 1.0f)) {
+            const float c0 = __shfl_sync(0xffffffffu, corr, 8 * c), c1 = __shfl_sync(0xffffffffu, corr, 8 * c + 4);
 #pragma unroll
             for (int i = 0; i < KS; i++) {
                 acc[i][0] *= c0;
                 acc[i][1] *= c1;
                 acc[i][2] *= c0;
                 acc[i][3] *= c1;
-                /* V^T's A fragment: registers (keys 2c, 2c+1 | 8+2c, 9+2c) x (row g | g + 8), element i of each run. */
-                uint32_t av[4];
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int kp = q >> 1, h = q & 1; /* key pair, row half */
-                    const uint32_t x = vw[u][2 * kp][h][i * sizeof(T) / 4], y = vw[u][2 * kp + 1][h][i * sizeof(T) / 4];
-                    if constexpr (QUANT) {
-                        const uint32_t b = i & 3;
-                        const uint32_t pr = i8_pair(x, y, b | b << 4 | (4 + b) << 8 | (4 + b) << 12);
-                        const __half2 hv = __hmul2(*reinterpret_cast<const __half2 *>(&pr),
-                                                   *reinterpret_cast<const __half2 *>(&vs[kp]));
-                        av[q] = *reinterpret_cast<const uint32_t *>(&hv);
-                    } else {
-                        av[q] = __byte_perm(x, y, (i & 1) ? 0x7632u : 0x5410u);
-                    }
-                }
-                tc_ops<__half>::mma(acc[i], av, ph[0], ph[1]);
-                tc_ops<__half>::mma(acc[i], av, pl[0], pl[1]);
             }
         }
+        if constexpr (QUANT)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                p[i] *= b.vsc[i] * (code_unit<T>() * vw_unit<T>());
+        uint32_t ph[2], pl[2];
+        split2<__half>(p[0], p[1], ph[0], pl[0]);
+        split2<__half>(p[2], p[3], ph[1], pl[1]);
+        if constexpr (G <= 4) { /* column g: head g's values, or head g - G's remainders, or nothing */
+#pragma unroll
+            for (int k = 0; k < 2; k++)
+                ph[k] = g < G ? ph[k] : g < 2 * G ? pl[k] : 0u;
+        }
+#pragma unroll
+        for (int i = 0; i < KS; i++) {
+            /* V^T's A fragment: registers (keys 2c, 2c+1 | 8+2c, 9+2c) x (row g | g + 8), element i of each run. */
+            uint32_t av[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int kp = q >> 1, h = q & 1; /* key pair, row half */
+                const uint32_t x = b.vw[2 * kp][h][i * sizeof(T) / 4], y = b.vw[2 * kp + 1][h][i * sizeof(T) / 4];
+                if constexpr (QUANT)
+                    av[q] = code_pair<T>(x, y, i & 3, i & 3);
+                else
+                    av[q] = __byte_perm(x, y, (i & 1) ? 0x7632u : 0x5410u);
+            }
+            tc_ops<__half>::mma(acc[i], av, ph[0], ph[1]);
+            if constexpr (G > 4)
+                tc_ops<__half>::mma(acc[i], av, pl[0], pl[1]);
+        }
+    };
+    /* The next group's rows load while these are used: two sets of registers, taken in turn (NVIDIA H200,
+     * depth 32k, 16 splits: f16 2,606 -> 2,770-2,793 GB/s, int8 1,525 -> 1,610-1,613, where int8 had loaded two
+     * groups before using the first; two groups a set spilled, 1,171-1,175). */
+    rows ra, rb;
+    int k0 = wlo;
+    if (k0 < wend)
+        load(ra, k0);
+    while (k0 < wend) {
+        if (k0 + 16 < wend)
+            load(rb, k0 + 16);
+        use(ra, k0);
+        k0 += 16;
+        if (k0 >= wend)
+            break;
+        if (k0 + 16 < wend)
+            load(ra, k0 + 16);
+        use(rb, k0);
+        k0 += 16;
     }
 
-    /* The lanes' sums of head g into the warp's; the warps' into the block's as the CUDA-core kernel does. */
+    /* The lanes' sums of head hq into the warp's; the warps' into the block's as the CUDA-core kernel does. */
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const float m0 = __shfl_sync(0xffffffffu, m, 8 * c), m1 = __shfl_sync(0xffffffffu, m, 8 * c + 4);
@@ -552,19 +613,52 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
         wm[warp][g] = m;
         wl[warp][g] = l;
     }
-    merge_warps<G>(wm, wl, os, HD, mlog, ms, ls);
+    /* Groups of up to 4: column G + h's remainders onto column h's values, in the lane that holds h (G = 4, 2:
+     * lane c + G / 2; G = 1: the lane's other column). */
+    if constexpr (G == 1) {
 #pragma unroll
-    for (int e = 0; e < 2; e++) { /* column e: head 2c + e */
+        for (int i = 0; i < KS; i++)
+            acc[i][0] += acc[i][1], acc[i][2] += acc[i][3];
+    } else if constexpr (G <= 4) {
+#pragma unroll
+        for (int i = 0; i < KS; i++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[i][r] += __shfl_xor_sync(0xffffffffu, acc[i][r], G / 2);
+    }
+    merge_warps<G>(wm, wl, mlog, ms, ls);
+    /* Each warp's output, weighed to the block's max, into its own slice of ws: head h's dims 8g' .. 8g' + 7 of
+     * each half are one lane's acc[.][e] (g' = g, g + 8), two 16-byte stores each, at 16-byte slots swizzled by
+     * h / 2 so that the 8 lanes of a store phase hit 8 different slots. Then the slices' sum into os, in warp
+     * order (shared-memory float atomics are compare-and-swap loops here: they took half of a launch at depth
+     * 2,048). */
+#pragma unroll
+    for (int e = 0; e < 2; e++) { /* column 2c + e: head 2c + e */
         const int h = 2 * c + e;
         const float mh = e ? m1 : m0;
-        if (h >= G || mh == -INFINITY) /* a padding head, or a warp without keys */
+        if (h >= G) /* a padding head */
             continue;
-        const float w = exp2f(mh - mlog[h]);
+        const float w = mh == -INFINITY ? 0.0f : exp2f(mh - mlog[h]) * (1.0f / vw_unit<T>()); /* 0: no keys */
 #pragma unroll
-        for (int i = 0; i < KS; i++) {
-            atomicAdd(os + h * HD + KS * g + i, acc[i][e] * w);
-            atomicAdd(os + h * HD + KS * (g + 8) + i, acc[i][2 + e] * w);
+        for (int half = 0; half < 2; half++)
+#pragma unroll
+            for (int j = 0; j < KS / 4; j++) {
+                const int slot = ((KS / 4) * (g + 8 * half) + j) ^ ws_swizzle<KS>(h);
+                reinterpret_cast<float4 *>(ws[warp] + h * HD)[slot] =
+                    make_float4(acc[4 * j][2 * half + e] * w, acc[4 * j + 1][2 * half + e] * w,
+                                acc[4 * j + 2][2 * half + e] * w, acc[4 * j + 3][2 * half + e] * w);
+            }
+    }
+    __syncthreads();
+    for (int q = tid; q < G * HD / 4; q += DEC_THREADS) {
+        const int h = q / (HD / 4), slot = (q % (HD / 4)) ^ ws_swizzle<KS>(h);
+        float4 sum = reinterpret_cast<const float4 *>(ws[0] + h * HD)[slot];
+#pragma unroll
+        for (int w = 1; w < DS_WARPS; w++) {
+            const float4 v = reinterpret_cast<const float4 *>(ws[w] + h * HD)[slot];
+            sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
         }
+        reinterpret_cast<float4 *>(os)[q] = sum;
     }
     __syncthreads();
     merge_global(out, a, split, splits, kvh, G, HD, os, ms, ls, wt);
@@ -576,7 +670,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
 /* Whether the tensor-core kernel takes a shape the streaming kernels serve. */
 static bool stream_tc(const launch_ctx *c, k_kv_type kvt, int head_dim)
 {
-    return c->fast[K_OP_ATTN_DECODE_TC] && (kvt == K_KV_F16 || kvt == K_KV_INT8) && (head_dim == 64 || head_dim == 128);
+    return c->fast[K_OP_ATTN_DECODE_TC] && (kvt == K_KV_F16 || kvt == K_KV_INT8 || kvt == K_KV_FP8) &&
+           (head_dim == 64 || head_dim == 128);
 }
 
 /* The kernel for this cache type, group and head_dim. */
@@ -584,7 +679,7 @@ template <typename T, int G> static void (*stream_kernel(const launch_ctx *c, co
                                                                                                       int)
 {
     const bool cap = a->softcap > 0.0f;
-    if constexpr (std::is_same<T, __half>::value || std::is_same<T, int8_t>::value) {
+    if constexpr (std::is_same<T, __half>::value || kv_quant<T>()) {
         if (stream_tc(c, a->kvt, a->head_dim) && a->head_dim == 128)
             return cap ? k_attention_decode_stream_tc<T, G, 128, true> : k_attention_decode_stream_tc<T, G, 128, false>;
         if (stream_tc(c, a->kvt, a->head_dim))

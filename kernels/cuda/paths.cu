@@ -47,7 +47,7 @@ static const k_path_row k_paths[K_OP_COUNT] = {
                       "decoded into scratch, then cuBLASLt", 90, true},
     [K_OP_BF16] = {"bf16 weights", "bf16 products (cuBLASLt, tensor cores)",
                    "converted to fp16 once at load, fp16 products", 80, false},
-    [K_OP_ATTN_DECODE_TC] = {"long-context decode attention (fp16 or int8 cache, head_dim 64 or 128)",
+    [K_OP_ATTN_DECODE_TC] = {"long-context decode attention (fp16, int8 or fp8 cache, head_dim 64 or 128)",
                              "tensor cores (mma.sync m16n8k16)", "CUDA cores", 80, false},
 };
 
