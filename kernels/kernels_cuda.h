@@ -201,19 +201,20 @@ int launch_attention_decode(launch_ctx *c, const rope_qkv_args *r, float *out, i
 /*
  * The same for long contexts, on every GPU: each warp streams keys of its
  * own into registers with an online softmax of its own (on tensor cores
- * for fp16 and int8 caches at head_dim 64 and 128 where
+ * for fp16, int8 and fp8 caches at head_dim 64 and 128 where
  * c->fast[K_OP_ATTN_DECODE_TC]), and the n_splits blocks (1 .. 32) of a kv
  * head merge through r->part. Faster than the
- * staged kernel once the cache is long (the engine switches at
- * engine/cuda/state.h's ATTN_STREAM_FROM positions), slower for short ones. Serves 16- and 8-bit
- * caches, head_dim 64, 128 or 256 and groups of 1, 2, 4 or 8 q heads
- * (attention_decode_stream_serves); other shapes go to
- * launch_attention_decode with at most 16 splits.
+ * staged kernel once the cache is long (from attention_decode_stream_from
+ * positions on), slower for short ones. Serves 16- and 8-bit
+ * caches, head_dim 64, 128 or 256 and groups of 1, 2, 4 or 8 q heads, and
+ * on tensor cores any group of 1 to 8 at head_dim 64 or 128 without a soft
+ * cap; other shapes go to launch_attention_decode with at most 16 splits.
  */
 int launch_attention_decode_stream(launch_ctx *c, const rope_qkv_args *r, float *out, int window, int n_splits);
-bool attention_decode_stream_serves(k_kv_type kvt, int n_heads, int n_kv_heads, int head_dim);
 /* The n_splits that suits launch_attention_decode_stream on c's device for this shape (1 .. 32). */
 int attention_decode_stream_splits(const launch_ctx *c, k_kv_type kvt, int n_heads, int n_kv_heads, int head_dim);
+/* The decode position from which launch_attention_decode_stream is the faster kernel for this shape on c's device. */
+int attention_decode_stream_from(const launch_ctx *c, k_kv_type kvt, int n_heads, int n_kv_heads, int head_dim);
 
 /*
  * Causal attention of n new tokens at positions pos0 .. pos0+n-1 (host value)

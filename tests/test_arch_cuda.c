@@ -318,6 +318,7 @@ int main(void)
             check_decode(&lc, s, kvts[t], 16, 8, 256, 0, 500, 8, 0.0625f, 2.0f, 4);
             check_decode(&lc, s, kvts[t], 8, 4, 256, 0, 1200, 0, 0.0625f, 50.0f, 16);
             check_decode(&lc, s, kvts[t], 8, 4, 128, 0, 900, 0, 0.1f, 3.0f, 8);
+            check_decode(&lc, s, kvts[t], 12, 4, 128, 0, 900, 0, 0.1f, 3.0f, 8); /* a group of 3 with a cap: staged */
         }
     return test_finish("test_arch_cuda");
 }

@@ -603,7 +603,8 @@ static void test_attention_paths(launch_ctx *lc)
         /* The streaming kernel: groups of 1, 2, 4 and 8, head_dim 64, 128 and
          * 256, up to 32 splits, splits that get no keys or too few (a split
          * takes at least 128), windows, a ring; shapes it does not serve
-         * (fp32, a group of 3, head_dim 96) go to the staged kernel. */
+         * (fp32, head_dim 96, a group of 3 on CUDA cores) go to the staged
+         * kernel. */
         decode_stream = true;
         check_attention_decode(lc, kvt, 32, 8, 128, 4095, 0, 32, false);
         check_attention_decode(lc, kvt, 32, 8, 128, 3999, 1000, 24, true);
@@ -614,6 +615,11 @@ static void test_attention_paths(launch_ctx *lc)
         check_attention_decode(lc, kvt, 4, 1, 64, 300, 0, 3, false);
         check_attention_decode(lc, kvt, 8, 1, 256, 129, 0, 1, true);
         check_attention_decode(lc, kvt, 12, 4, 128, 200, 0, 4, false);
+        /* groups of 3, 5, 6 and 7 (Llama 3.2 3B's, Qwen2.5's): the tensor-core kernel, else the staged one */
+        check_attention_decode(lc, kvt, 28, 4, 128, 1000, 0, 16, true);
+        check_attention_decode(lc, kvt, 20, 4, 64, 700, 0, 8, false);
+        check_attention_decode(lc, kvt, 12, 2, 128, 3000, 0, 32, false);
+        check_attention_decode(lc, kvt, 24, 8, 128, 1100, 300, 16, true);
         check_attention_decode(lc, kvt, 4, 4, 96, 50, 0, 2, false);
         check_decode_ring(lc, kvt, 32, 8, 128, 3999, 1000, 1000 + 512 + 1, 32);
         check_decode_ring(lc, kvt, 8, 2, 64, 5, 8, 12, 3);

@@ -391,7 +391,7 @@ static int head(cuda_session *cs, const engine_session *s, int n, bool feed, con
 }
 
 /*
- * Decode attention of layer l: the staged kernel, or from ATTN_STREAM_FROM
+ * Decode attention of layer l: the staged kernel, or from cs->stream_from
  * positions on the streaming one (cs->long_ctx; kernels_cuda.h).
  */
 static int attend(cuda_session *cs, const engine_session *s, const rope_qkv_args *ra, int l)
@@ -491,7 +491,7 @@ static int decode_launches(cuda_session *cs, const engine_session *s, bool fed)
 
 int cuda_decode_eager(cuda_session *cs, const engine_session *s)
 {
-    cs->long_ctx = s->n_past - 1 >= ATTN_STREAM_FROM;
+    cs->long_ctx = s->n_past - 1 >= cs->stream_from;
     return decode_launches(cs, s, false);
 }
 
@@ -679,7 +679,7 @@ static engine_status launch_step(engine_session *s, int32_t id, int pos, err_buf
     engine_status es = trace_stamps_follow(s, e);
     if (es)
         return es;
-    cs->long_ctx = pos >= ATTN_STREAM_FROM;
+    cs->long_ctx = pos >= cs->stream_from;
     cudaGraphExec_t *g = id >= 0 ? &cs->graph[cs->long_ctx] : &cs->graph_fb[cs->long_ctx];
     if (!*g && capture(cs, s, id >= 0, g, e) != ENGINE_OK)
         return e->code;

@@ -109,6 +109,7 @@ engine_status cuda_session_create(engine_session *s, cuda_session **out, err_buf
     cs->kvt = (k_kv_type)kt;
     /* The streaming kernels' blocks are independent: as many as fill the multiprocessors, per kernel. */
     cs->n_splits_long = attention_decode_stream_splits(&cs->lc, cs->kvt, c->n_heads, c->n_kv_heads, c->head_dim);
+    cs->stream_from = attention_decode_stream_from(&cs->lc, cs->kvt, c->n_heads, c->n_kv_heads, c->head_dim);
     if (k_kv_has_scales(cs->kvt) && c->head_dim % 16) {
         cuda_session_free(cs);
         return err_set(e, ENGINE_ERR_UNSUPPORTED, "an %s KV cache needs head_dim a multiple of 16 on CUDA (it is %d)",

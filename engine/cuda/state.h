@@ -110,11 +110,6 @@ struct cuda_model {
 enum { STEP_TOKEN = 0, STEP_POS = 1, STEP_ARGMAX = 2, STEP_COUNT = 3, STEP_RING = 4, STEP_INTS = 8 };
 _Static_assert(STEP_INTS == PLAN_STEP_INTS, "the planner sizes the step ints");
 _Static_assert(sizeof(gemv_expert) == PLAN_EXPERT_ENTRY, "the planner sizes the experts' tables");
-/* Decode positions from which attention streams the cache: the staged
- * kernel is faster below (8B shape, H200: 13.7 against 20.8 us a layer at
- * 2,048 keys, even at 4,096, 41.3 against 30.9 at 8,192; bench/RESULTS.md,
- * "Long contexts"). */
-#define ATTN_STREAM_FROM 4096
 #define CAND_MAX PLAN_CAND_MAX /* sampling candidates copied to the host at most */
 
 struct cuda_session {
@@ -169,7 +164,8 @@ struct cuda_session {
     int32_t *h_step;      /* pinned host [STEP_INTS]                     */
     int32_t *ring;        /* h_step + STEP_RING as the device sees it: decode's argmax writes it */
     int n_splits;         /* decode attention splits (the staged kernel)  */
-    int n_splits_long;    /* and the streaming kernel's, from ATTN_STREAM_FROM positions on */
+    int n_splits_long;    /* and the streaming kernel's, from stream_from positions on */
+    int stream_from;      /* the decode position from which attention streams the cache (long_ctx) */
     bool long_ctx;        /* the step being launched or captured attends with the streaming kernel */
     /* One decode step of a host token, and one of the device's last argmax,
      * each [long_ctx]; NULL until first used. */

@@ -384,7 +384,7 @@ template <int KS> __device__ __forceinline__ int ws_swizzle(int h)
 
 /*
  * The long-context decode on tensor cores, for an fp16, int8 or fp8 cache
- * and head_dim 64 or 128 (G q heads of a kv head, up to 8). Each warp
+ * and head_dim 64 or 128 (G q heads of a kv head, 1 to 8). Each warp
  * takes its keys 16 at a time, as the CUDA-core kernel above takes them a
  * row per lane group, with no shared memory or barrier in the loop, the
  * next 16 keys' rows loading while these are used. With g = lane / 4 and
@@ -402,9 +402,10 @@ template <int KS> __device__ __forceinline__ int ws_swizzle(int h)
  *  - the online softmax per head over the 16 (two shuffles), in log2 units;
  *  - O^T += V^T P^T as HD / 16 products of 16 dims x 8 columns: a lane's
  *    weights of those four keys are exactly the B fragment of column g.
- *    Split in two as q: for a group of up to 4 heads, columns g < G take
+ *    Split in two as q: for a group of 1, 2 or 4 heads, columns g < G take
  *    head g's values and columns G .. 2G - 1 the remainders of head g - G,
- *    so one product serves both (8 heads: two products). A is V^T: the
+ *    so one product serves both (other groups: two products; columns G ..
+ *    are not used). A is V^T: the
  *    lane loads the four keys' rows, dims (HD / 16) g .. and
  *    (HD / 16)(g + 8) .., and pairs the two keys of a register with one
  *    byte permute (int8, fp8: exact fp16 codes by kv.cuh's i8_pair and
@@ -422,6 +423,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
     constexpr int KS = HD / 16;                 /* k-steps of the scores; products of the output; V dims a row half */
     constexpr int KW = 8 * sizeof(T) / 4;       /* words of an 8-element chunk of K                                   */
     constexpr int VW = KS * sizeof(T) / 4;      /* words of a lane's run of KS elements of V                          */
+    constexpr bool ONE = G == 1 || G == 2 || G == 4; /* P's value and remainder in one product (columns g, G + g) */
     __shared__ __align__(16) float qs[G * HD], os[G * HD], ws[DS_WARPS][G * HD]; /* ws: the warps' outputs */
     __shared__ float nrow[2 * HD];
     __shared__ float wm[DS_WARPS][G], wl[DS_WARPS][G], mlog[G], ms[G], ls[G], wt[G * DEC_PART_SPLITS];
@@ -562,7 +564,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
         uint32_t ph[2], pl[2];
         split2<__half>(p[0], p[1], ph[0], pl[0]);
         split2<__half>(p[2], p[3], ph[1], pl[1]);
-        if constexpr (G <= 4) { /* column g: head g's values, or head g - G's remainders, or nothing */
+        if constexpr (ONE) { /* column g: head g's values, or head g - G's remainders, or nothing */
 #pragma unroll
             for (int k = 0; k < 2; k++)
                 ph[k] = g < G ? ph[k] : g < 2 * G ? pl[k] : 0u;
@@ -581,7 +583,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
                     av[q] = __byte_perm(x, y, (i & 1) ? 0x7632u : 0x5410u);
             }
             tc_ops<__half>::mma(acc[i], av, ph[0], ph[1]);
-            if constexpr (G > 4)
+            if constexpr (!ONE)
                 tc_ops<__half>::mma(acc[i], av, pl[0], pl[1]);
         }
     };
@@ -619,7 +621,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
 #pragma unroll
         for (int i = 0; i < KS; i++)
             acc[i][0] += acc[i][1], acc[i][2] += acc[i][3];
-    } else if constexpr (G <= 4) {
+    } else if constexpr (ONE) {
 #pragma unroll
         for (int i = 0; i < KS; i++)
 #pragma unroll
@@ -667,31 +669,63 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
 #endif
 }
 
-/* Whether the tensor-core kernel takes a shape the streaming kernels serve. */
+/* Whether the tensor-core kernel takes this cache type and head_dim (groups of 1 to 8 heads). */
 static bool stream_tc(const launch_ctx *c, k_kv_type kvt, int head_dim)
 {
     return c->fast[K_OP_ATTN_DECODE_TC] && (kvt == K_KV_F16 || kvt == K_KV_INT8 || kvt == K_KV_FP8) &&
            (head_dim == 64 || head_dim == 128);
 }
 
-/* The kernel for this cache type, group and head_dim. */
+/* The q heads of a kv head, or 0. */
+static int group_of(int n_heads, int n_kv_heads)
+{
+    return n_kv_heads > 0 && n_heads % n_kv_heads == 0 ? n_heads / n_kv_heads : 0;
+}
+
+static constexpr bool pow2_group(int g) { return g == 1 || g == 2 || g == 4 || g == 8; }
+
+/* Whether a streaming kernel serves the shape: the CUDA-core kernel takes 16- and 8-bit caches, groups of 1, 2, 4
+ * or 8 and head_dim 64, 128 or 256; the tensor-core kernel also groups of 3, 5, 6 and 7 (Qwen2.5's, Llama 3.2
+ * 3B's), without a soft cap (Gemma 2's, whose head_dim 256 it does not take anyway). */
+static bool stream_serves(const launch_ctx *c, k_kv_type kvt, int G, int head_dim, bool cap)
+{
+    if (kvt == K_KV_F32 || G < 1 || G > 8)
+        return false;
+    if (pow2_group(G))
+        return head_dim == 64 || head_dim == 128 || head_dim == 256;
+    return !cap && stream_tc(c, kvt, head_dim);
+}
+
+/* The kernel for this cache type, group and head_dim; NULL where stream_serves says no. */
 template <typename T, int G> static void (*stream_kernel(const launch_ctx *c, const rope_qkv_args *a))(float *, rope_qkv_args,
                                                                                                       int)
 {
     const bool cap = a->softcap > 0.0f;
     if constexpr (std::is_same<T, __half>::value || kv_quant<T>()) {
-        if (stream_tc(c, a->kvt, a->head_dim) && a->head_dim == 128)
-            return cap ? k_attention_decode_stream_tc<T, G, 128, true> : k_attention_decode_stream_tc<T, G, 128, false>;
-        if (stream_tc(c, a->kvt, a->head_dim))
-            return cap ? k_attention_decode_stream_tc<T, G, 64, true> : k_attention_decode_stream_tc<T, G, 64, false>;
+        if (stream_tc(c, a->kvt, a->head_dim)) {
+            if constexpr (pow2_group(G)) {
+                if (a->head_dim == 128)
+                    return cap ? k_attention_decode_stream_tc<T, G, 128, true> : k_attention_decode_stream_tc<T, G, 128, false>;
+                return cap ? k_attention_decode_stream_tc<T, G, 64, true> : k_attention_decode_stream_tc<T, G, 64, false>;
+            } else {
+                if (cap)
+                    return NULL;
+                return a->head_dim == 128 ? k_attention_decode_stream_tc<T, G, 128, false>
+                                          : k_attention_decode_stream_tc<T, G, 64, false>;
+            }
+        }
     }
-    return cap ? k_attention_decode_stream<T, G, true> : k_attention_decode_stream<T, G, false>;
+    if constexpr (pow2_group(G))
+        return cap ? k_attention_decode_stream<T, G, true> : k_attention_decode_stream<T, G, false>;
+    return NULL;
 }
 
 template <typename T, int G> static int run_stream(launch_ctx *c, float *out, const rope_qkv_args *a, int window,
                                                    int splits)
 {
     auto kern = stream_kernel<T, G>(c, a);
+    if (!kern)
+        return launch_fail(c, "attention_decode_stream: no kernel for a group of %d at head_dim %d", G, a->head_dim);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)splits, (unsigned)a->n_kv_heads);
     cfg.blockDim = dim3(DEC_THREADS);
@@ -711,19 +745,16 @@ template <typename T, int G> static int run_stream(launch_ctx *c, float *out, co
 
 template <typename T> static int run_stream_g(launch_ctx *c, float *out, const rope_qkv_args *a, int window, int splits)
 {
-    switch (a->n_heads / a->n_kv_heads) {
+    switch (group_of(a->n_heads, a->n_kv_heads)) {
     case 1: return run_stream<T, 1>(c, out, a, window, splits);
     case 2: return run_stream<T, 2>(c, out, a, window, splits);
+    case 3: return run_stream<T, 3>(c, out, a, window, splits);
     case 4: return run_stream<T, 4>(c, out, a, window, splits);
+    case 5: return run_stream<T, 5>(c, out, a, window, splits);
+    case 6: return run_stream<T, 6>(c, out, a, window, splits);
+    case 7: return run_stream<T, 7>(c, out, a, window, splits);
     default: return run_stream<T, 8>(c, out, a, window, splits);
     }
-}
-
-extern "C" bool attention_decode_stream_serves(k_kv_type kvt, int n_heads, int n_kv_heads, int head_dim)
-{
-    const int g = n_kv_heads > 0 && n_heads % n_kv_heads == 0 ? n_heads / n_kv_heads : 0;
-    return kvt != K_KV_F32 && (g == 1 || g == 2 || g == 4 || g == 8) &&
-           (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
 extern "C" int attention_decode_stream_splits(const launch_ctx *c, k_kv_type kvt, int n_heads, int n_kv_heads,
@@ -734,15 +765,26 @@ extern "C" int attention_decode_stream_splits(const launch_ctx *c, k_kv_type kvt
     /* The tensor-core kernel holds one block a multiprocessor (184-220 registers a thread): one wave of them (at
      * depth 32k on the H200, 16 splits of 8 kv heads read an fp16 cache at 2,595 GB/s, 32 at 2,049). The CUDA-core
      * kernel: about three a multiprocessor (32 splits there, 1,949 GB/s; 16, 1,364). */
-    const bool tc = attention_decode_stream_serves(kvt, n_heads, n_kv_heads, head_dim) && stream_tc(c, kvt, head_dim);
+    const bool tc = stream_serves(c, kvt, group_of(n_heads, n_kv_heads), head_dim, false) && stream_tc(c, kvt, head_dim);
     const int per = tc ? c->n_sms / n_kv_heads : (3 * c->n_sms + n_kv_heads - 1) / n_kv_heads;
     return per < 1 ? 1 : per > DEC_PART_SPLITS ? DEC_PART_SPLITS : per;
+}
+
+extern "C" int attention_decode_stream_from(const launch_ctx *c, k_kv_type kvt, int n_heads, int n_kv_heads,
+                                            int head_dim)
+{
+    /* 8B shape, H200, 16 splits (us a launch, f16 / int8 / fp8; bench/RESULTS.md, "Long contexts", eighth
+     * session): the tensor-core kernel against the staged one with its cluster merge 9.0 / 9.7 / 9.5 against
+     * 8.7 / 11.3 / 10.4 at 1,024 keys, 8.7 / 9.4 / 9.4 against 6.2 / 7.7 / 7.2 at 256; the CUDA-core kernel is
+     * slower up to about 4,096 (20.8 against 13.7 at 2,048). */
+    const bool tc = stream_serves(c, kvt, group_of(n_heads, n_kv_heads), head_dim, false) && stream_tc(c, kvt, head_dim);
+    return tc ? 1024 : 4096;
 }
 
 extern "C" int launch_attention_decode_stream(launch_ctx *c, const rope_qkv_args *a, float *out, int window,
                                               int n_splits)
 {
-    if (!attention_decode_stream_serves(a->kvt, a->n_heads, a->n_kv_heads, a->head_dim))
+    if (!stream_serves(c, a->kvt, group_of(a->n_heads, a->n_kv_heads), a->head_dim, a->softcap > 0.0f))
         return launch_attention_decode(c, a, out, window, n_splits < DEC_MAX_SPLITS ? n_splits : DEC_MAX_SPLITS);
     if (!out || !a->qkv || !a->k_cache || !a->v_cache || !a->pos0 || !a->cos || !a->sin || a->n != 1 ||
         (!a->q_norm) != (!a->k_norm) || n_splits < 1 || n_splits > DEC_PART_SPLITS || !a->part || !a->count ||
