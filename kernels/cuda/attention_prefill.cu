@@ -217,7 +217,7 @@ __global__ void k_attention(void *out, k_dtype ot, const float *q, const T *kc, 
 /* Stages of an int8/fp8 cache's codes, as many tiles as are in flight: three
  * (four measured 4% slower on the H200: 2,275 against 2,180 us), at
  * head_dim 256 two, so that the kernel fits 99 KiB of shared memory
- * (Ampere's and Ada's consumer GPUs, sm_120: 101,120 bytes of 101,376). */
+ * (Ampere's and Ada's consumer GPUs, sm_120: 101,376 bytes, all of it). */
 #define TC_RAW(hd) ((hd) > 128 ? 2 : 3)
 
 #if TC_COMPILED
@@ -308,24 +308,20 @@ __device__ __forceinline__ void tc_stage_codes(uint8_t *raw, float *scl, const Q
  * The staged codes as fp16 for the mma, two at a time with byte permutes
  * and fp16 arithmetic (i8_pair, f8_pair in kv.cuh: converting through
  * fp32 took a quarter-rate instruction a code and cost the int8 kernel 9%
- * at depth 32k). K's exactly (every int8 and e4m3 value is an fp16 value;
- * the row scale is applied to the scores); V's times their row scale in
- * fp16, as the decode kernel on tensor cores takes them: rounded twice,
- * the scale and the product, where an fp16 cache rounds once. Holding the
- * scale as two fp16 values and rounding once with an fma cost the int8
- * kernel 9% (H200, depth 32k: 2,180 against 2,079 us) for an error far
- * below the codes' own (the tests' window of 1, where a query's output is
- * its own V row: 6.9e-4 against 2.5e-4 of the exact product).
+ * at depth 32k), exactly: every int8 code is an fp16 value, and an e4m3
+ * code comes out 2^-8 times its value. The row scales are not applied
+ * here: K's multiplies the scores and V's the weights P (k_attention_tc),
+ * so V is rounded once, as an fp16 cache rounds it. (V times its scale in
+ * fp16 here rounded twice: 6.9e-4 of the exact product where a window of
+ * 1 makes a query's output its own V row, against 2.5e-4.)
  */
 template <typename Q, int HD, int LD>
-__device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t *raw, const float *scl)
+__device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t *raw)
 {
     constexpr int P = HD / 16; /* a thread's item: 8-code chunks c and c + P of one row (16-byte stores side by side) */
     constexpr bool F8 = std::is_same<Q, fp8e4m3>::value;
     for (int i = threadIdx.x; i < 2 * TC_BK * P; i += blockDim.x) {
         const int which = i / (TC_BK * P), rem = i - which * TC_BK * P, r = rem / P, c = rem - r * P;
-        /* e4m3 codes come out 2^-8 times their value */
-        const __half2 m = __float2half2_rn((which ? scl[TC_BK + r] : 1.0f) * (F8 ? 256.0f : 1.0f));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int ch = c + h * P;
@@ -335,16 +331,17 @@ __device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t
             for (int e = 0; e < 4; e++) {
                 const uint32_t x = e < 2 ? w.x : w.y;
                 o[e] = F8 ? f8_pair(x, 0u, (e & 1) ? 0x3424u : 0x1404u) : i8_pair(x, x, (e & 1) ? 0x3322u : 0x1100u);
-                if (F8 || which) {
-                    const __half2 v = *reinterpret_cast<const __half2 *>(&o[e]);
-                    const __half2 y = __hmul2(v, m);
-                    o[e] = *reinterpret_cast<const uint32_t *>(&y);
-                }
             }
             *reinterpret_cast<uint4 *>((which ? vs : ks) + r * LD + ch * 8) = make_uint4(o[0], o[1], o[2], o[3]);
         }
     }
 }
+
+/* What a code's fp16 element is multiplied by to give the code's value (e4m3: 2^8), and for V's the power of two
+ * the weights carry besides (int8: P times the row scale, amax / 127, is fp16-subnormal for amax below 7.7e-3;
+ * times 64, below 1.2e-4), which the output gives back. */
+template <typename Q> constexpr float tc_code_unit() { return std::is_same<Q, fp8e4m3>::value ? 256.0f : 1.0f; }
+template <typename Q> constexpr float tc_p_unit() { return std::is_same<Q, fp8e4m3>::value ? 1.0f : 64.0f; }
 
 #endif
 
@@ -378,7 +375,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     constexpr bool QUANT = kv_quant<Q>();
     extern __shared__ __align__(16) unsigned char tc_smem[];
     /* [NS][K, V][TC_BK][LD] rows as T; int8/fp8: then [NR][K, V][TC_BK][HD] codes, [NR][K, V][TC_BK]
-     * scales and [2][TC_BK] K scales, the converted stages' own (tc_smem_bytes) */
+     * scales and [2][K, V][TC_BK] scales, the converted stages' own (tc_smem_bytes) */
     constexpr int NS = TC_STAGES(QUANT), NR = TC_RAW(HD);
     T *sm = reinterpret_cast<T *>(tc_smem);
     uint8_t *raw = reinterpret_cast<uint8_t *>(sm + NS * 2 * TC_BK * LD);
@@ -440,10 +437,9 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
         if constexpr (QUANT)
             if (t < ntiles) {
                 T *ks = sm + (t & 1) * 2 * TC_BK * LD;
-                tc_convert<Q, HD, LD>(ks, ks + TC_BK * LD, raw + (t % NR) * 2 * TC_BK * HD,
-                                      scl + (t % NR) * 2 * TC_BK);
-                for (int i = threadIdx.x; i < TC_BK; i += blockDim.x) /* the codes' stage is refilled first */
-                    kscl[(t & 1) * TC_BK + i] = scl[(t % NR) * 2 * TC_BK + i];
+                tc_convert<Q, HD, LD>(ks, ks + TC_BK * LD, raw + (t % NR) * 2 * TC_BK * HD);
+                for (int i = threadIdx.x; i < 2 * TC_BK; i += blockDim.x) /* the codes' stage is refilled first */
+                    kscl[(t & 1) * 2 * TC_BK + i] = scl[(t % NR) * 2 * TC_BK + i];
             }
     };
     stage(0);
@@ -483,12 +479,12 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
                 }
             /* Accumulator element e of n-tile nt: row (e >> 1 ? g + 8 : g), key nt*8 + 2*t4 + (e & 1). */
             if constexpr (QUANT) { /* K's row scales */
-                const float *ksl = kscl + (it & 1) * TC_BK;
+                const float *ksl = kscl + (it & 1) * 2 * TC_BK;
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[nt][e] *= ksl[nt * 8 + 2 * t4 + (e & 1)]; /* the codes are exact values (tc_convert) */
+                    for (int e = 0; e < 4; e++) /* the codes are exact values (tc_convert) */
+                        s[nt][e] *= ksl[nt * 8 + 2 * t4 + (e & 1)] * tc_code_unit<Q>();
             }
             if (cap2 > 0.0f)
 #pragma unroll
@@ -529,6 +525,14 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
                     s[nt][e] = exp2f(s[nt][e] - ref[e >> 1]);
                     l[e >> 1] += s[nt][e];
                 }
+            if constexpr (QUANT) { /* V's row scales on the weights, before they are split (tc_convert) */
+                const float *vsl = kscl + (it & 1) * 2 * TC_BK + TC_BK;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[nt][e] *= vsl[nt * 8 + 2 * t4 + (e & 1)] * (tc_code_unit<Q>() * tc_p_unit<Q>());
+            }
 #pragma unroll
             for (int i = 0; i < 2 * VC; i++) {
                 o[i][0] *= corr[0];
@@ -560,7 +564,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        l[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        l[r] = l[r] > 0.0f ? (QUANT ? 1.0f / tc_p_unit<Q>() : 1.0f) / l[r] : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < 2 * VC; i++) {
@@ -573,12 +577,12 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
 #endif
 }
 
-/* The tensor-core kernel's shared memory (the kernel's layout): at head_dim 128 52,224 bytes (60,416 for codes),
- * at 256 101,376 (101,120). */
+/* The tensor-core kernel's shared memory (the kernel's layout): at head_dim 128 52,224 bytes (60,672 for codes),
+ * at 256 101,376 (101,376). */
 static size_t tc_smem_bytes(int hd, size_t elem, bool quant)
 {
     return (size_t)TC_STAGES(quant) * 2 * TC_BK * (hd + 8) * elem +
-           (quant ? (size_t)TC_RAW(hd) * 2 * TC_BK * (hd + sizeof(float)) + 2 * TC_BK * sizeof(float) : 0);
+           (quant ? (size_t)TC_RAW(hd) * 2 * TC_BK * (hd + sizeof(float)) + 2 * 2 * TC_BK * sizeof(float) : 0);
 }
 
 template <typename T, int KC, typename Q>
