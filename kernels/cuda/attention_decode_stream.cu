@@ -176,9 +176,10 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
 {
     typedef typename ds_vec<T>::type vec;
     constexpr bool QUANT = kv_quant<T>();
-    __shared__ __align__(16) float qs[G * 256], os[G * 256];
+    __shared__ __align__(16) float qo[2 * G * 256]; /* q (qs), then the warps' outputs (below) */
     __shared__ float nrow[2 * 256]; /* int8/fp8: the new k and v rows in fp32, before they are quantized */
     __shared__ float wm[DS_WARPS][G], wl[DS_WARPS][G], mlog[G], ms[G], ls[G], wt[G * DEC_PART_SPLITS];
+    float *const qs = qo;
     const int split = blockIdx.x, kvh = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int nkv = a.n_kv_heads, hd = a.head_dim, kvd = nkv * hd;
@@ -312,28 +313,45 @@ __global__ void __launch_bounds__(DEC_THREADS, G <= 4 ? DS_MINB : 1)
             for (int e = 0; e < DS_EL; e++)
                 acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], off);
         }
-    /* The warps' into the block's: the block's max, each warp's share weighed to it (natural units for the merge). */
+    /* The warps' into the block's: the block's max, each warp's share weighed to it (natural units for the merge),
+     * added in shared memory without atomics (float atomics there are compare-and-swap loops: the tensor-core
+     * kernel below spent half of a short launch in them). q is in registers now, so qo holds S = 512 / hd slices
+     * of the output; warp w adds its share into slice w % S in turn w / S, and the slices' sum goes to slice 0. */
     if (lane == 0)
 #pragma unroll
         for (int g = 0; g < G; g++) {
             wm[warp][g] = m[g];
             wl[warp][g] = l[g];
         }
-    for (int i = tid; i < G * hd; i += DEC_THREADS)
-        os[i] = 0.0f;
     merge_warps<G>(wm, wl, mlog, ms, ls);
-    if (slot == 0)
+    const int S = 512 / hd, n_out = G * hd;
+    for (int t = 0; t < DS_WARPS / S; t++) {
+        if (warp / S == t && slot == 0)
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            if (m[g] == -INFINITY) /* a warp without keys */
-                continue;
-            const float w = exp2f(m[g] - mlog[g]);
+            for (int g = 0; g < G; g++) {
+                const float w = m[g] == -INFINITY ? 0.0f : exp2f(m[g] - mlog[g]); /* 0: a warp without keys */
+                float4 *p = reinterpret_cast<float4 *>(qo + (warp % S) * n_out + g * hd + sub * DS_EL);
 #pragma unroll
-            for (int e = 0; e < DS_EL; e++)
-                atomicAdd(os + g * hd + sub * DS_EL + e, acc[g][e] * w);
-        }
+                for (int j = 0; j < 2; j++) {
+                    float4 v = make_float4(acc[g][4 * j] * w, acc[g][4 * j + 1] * w, acc[g][4 * j + 2] * w,
+                                           acc[g][4 * j + 3] * w);
+                    if (t > 0) {
+                        const float4 b = p[j];
+                        v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
+                    }
+                    p[j] = v;
+                }
+            }
+        __syncthreads();
+    }
+    for (int i = tid; i < n_out; i += DEC_THREADS) {
+        float v = qo[i];
+        for (int k = 1; k < S; k++)
+            v += qo[k * n_out + i];
+        qo[i] = v;
+    }
     __syncthreads();
-    merge_global(out, a, split, splits, kvh, G, hd, os, ms, ls, wt);
+    merge_global(out, a, split, splits, kvh, G, hd, qo, ms, ls, wt);
 }
 
 /* ---- the tensor-core kernel: the same work on mma.sync (sm_80 on) ---- */
@@ -775,8 +793,9 @@ extern "C" int attention_decode_stream_from(const launch_ctx *c, k_kv_type kvt, 
 {
     /* 8B shape, H200, 16 splits (us a launch, f16 / int8 / fp8; bench/RESULTS.md, "Long contexts", eighth
      * session): the tensor-core kernel against the staged one with its cluster merge 9.0 / 9.7 / 9.5 against
-     * 8.7 / 11.3 / 10.4 at 1,024 keys, 8.7 / 9.4 / 9.4 against 6.2 / 7.7 / 7.2 at 256; the CUDA-core kernel is
-     * slower up to about 4,096 (20.8 against 13.7 at 2,048). */
+     * 8.7 / 11.3 / 10.4 at 1,024 keys, 8.7 / 9.4 / 9.4 against 6.2 / 7.7 / 7.2 at 256. The CUDA-core kernel
+     * was slower up to about 4,096 (20.8 against 13.7 at 2,048; 14.7 since its warps stopped adding with float
+     * atomics, so the switch for it may come earlier: not measured yet). */
     const bool tc = stream_serves(c, kvt, group_of(n_heads, n_kv_heads), head_dim, false) && stream_tc(c, kvt, head_dim);
     return tc ? 1024 : 4096;
 }
