@@ -794,10 +794,11 @@ extern "C" int attention_decode_stream_from(const launch_ctx *c, k_kv_type kvt, 
     /* 8B shape, H200, 16 splits (us a launch, f16 / int8 / fp8; bench/RESULTS.md, "Long contexts", eighth
      * session): the tensor-core kernel against the staged one with its cluster merge 9.0 / 9.7 / 9.5 against
      * 8.7 / 11.3 / 10.4 at 1,024 keys, 8.7 / 9.4 / 9.4 against 6.2 / 7.7 / 7.2 at 256. The CUDA-core kernel
-     * was slower up to about 4,096 (20.8 against 13.7 at 2,048; 14.7 since its warps stopped adding with float
-     * atomics, so the switch for it may come earlier: not measured yet). */
+     * under ENGINE_CUDA_CC=75, at the 32 splits it takes there, against the staged one with the portable merge:
+     * 17.9 / 18.7 / 19.3 against 16.7 / 19.0 / 17.6 at 2,048, 18.7 / 18.9 / 19.7 against 20.6 / 21.9 / 20.0 at
+     * 3,072. */
     const bool tc = stream_serves(c, kvt, group_of(n_heads, n_kv_heads), head_dim, false) && stream_tc(c, kvt, head_dim);
-    return tc ? 1024 : 4096;
+    return tc ? 1024 : 3072;
 }
 
 extern "C" int launch_attention_decode_stream(launch_ctx *c, const rope_qkv_args *a, float *out, int window,
