@@ -372,24 +372,6 @@ template <int NW> __device__ __forceinline__ void load_words(uint32_t (&w)[NW], 
     }
 }
 
-/* Byte bx of x and byte by of y, two int8 or e4m3 codes, as an fp16 pair, exactly (kv.cuh: an e4m3 code reads as
- * 2^-8 times its value). */
-template <typename T> __device__ __forceinline__ uint32_t code_pair(uint32_t x, uint32_t y, int bx, int by)
-{
-    if constexpr (std::is_same<T, int8_t>::value)
-        return i8_pair(x, y, (uint32_t)(bx | bx << 4 | (4 + by) << 8 | (4 + by) << 12));
-    else
-        return f8_pair(x, y, (uint32_t)(bx << 4 | (4 + by) << 12));
-}
-
-/* What a code's fp16 pair element is multiplied by to give the code's value: 1 for int8, 2^8 for e4m3. */
-template <typename T> constexpr float code_unit() { return std::is_same<T, int8_t>::value ? 1.0f : 256.0f; }
-
-/* A power of two the value weights of an int8 cache carry (P times the row's scale, amax / 127, is
- * fp16-subnormal for amax below 7.7e-3; times 64, below 1.2e-4) and the output gives back. e4m3's 2^8 does the
- * same for it. */
-template <typename T> constexpr float vw_unit() { return std::is_same<T, int8_t>::value ? 64.0f : 1.0f; }
-
 /* The XOR on a warp's 16-byte output slots of head h (below): lanes c of a store phase (h / 2 = c) differ in the
  * slot bits their g does not set (KS 8: bit 1; KS 4: bit 0). */
 template <int KS> __device__ __forceinline__ int ws_swizzle(int h)
@@ -531,8 +513,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
                     b0 = __byte_perm(x, 0x64646464u, 0x4140u);
                     b1 = __byte_perm(x, 0x64646464u, 0x4342u);
                 } else if constexpr (QUANT) {
-                    b0 = code_pair<T>(w[s & 1], w[s & 1], 0, 1);
-                    b1 = code_pair<T>(w[s & 1], w[s & 1], 2, 3);
+                    b0 = kv_code_pair<T>(w[s & 1], w[s & 1], 0, 1);
+                    b1 = kv_code_pair<T>(w[s & 1], w[s & 1], 2, 3);
                 } else {
                     b0 = w[2 * (s & 1)];
                     b1 = w[2 * (s & 1) + 1];
@@ -547,7 +529,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
         for (int i = 0; i < 4; i++) {
             float v = sc[i];
             if constexpr (QUANT)
-                v *= b.ksc[i] * code_unit<T>();
+                v *= b.ksc[i] * kv_code_unit<T>();
             if constexpr (CAP)
                 v = soft_cap(v, cap2);
             sc[i] = g0 + 8 * (i >> 1) + 2 * c + (i & 1) < wend ? v : -INFINITY;
@@ -578,7 +560,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
         if constexpr (QUANT)
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                p[i] *= b.vsc[i] * (code_unit<T>() * vw_unit<T>());
+                p[i] *= b.vsc[i] * (kv_code_unit<T>() * kv_weight_unit<T>());
         uint32_t ph[2], pl[2];
         split2<__half>(p[0], p[1], ph[0], pl[0]);
         split2<__half>(p[2], p[3], ph[1], pl[1]);
@@ -596,7 +578,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
                 const int kp = q >> 1, h = q & 1; /* key pair, row half */
                 const uint32_t x = b.vw[2 * kp][h][i * sizeof(T) / 4], y = b.vw[2 * kp + 1][h][i * sizeof(T) / 4];
                 if constexpr (QUANT)
-                    av[q] = code_pair<T>(x, y, i & 3, i & 3);
+                    av[q] = kv_code_pair<T>(x, y, i & 3, i & 3);
                 else
                     av[q] = __byte_perm(x, y, (i & 1) ? 0x7632u : 0x5410u);
             }
@@ -658,7 +640,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attention_decode_stream_tc(f
         const float mh = e ? m1 : m0;
         if (h >= G) /* a padding head */
             continue;
-        const float w = mh == -INFINITY ? 0.0f : exp2f(mh - mlog[h]) * (1.0f / vw_unit<T>()); /* 0: no keys */
+        const float w = mh == -INFINITY ? 0.0f : exp2f(mh - mlog[h]) * (1.0f / kv_weight_unit<T>()); /* 0: no keys */
 #pragma unroll
         for (int half = 0; half < 2; half++)
 #pragma unroll

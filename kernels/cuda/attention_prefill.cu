@@ -319,7 +319,6 @@ template <typename Q, int HD, int LD>
 __device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t *raw)
 {
     constexpr int P = HD / 16; /* a thread's item: 8-code chunks c and c + P of one row (16-byte stores side by side) */
-    constexpr bool F8 = std::is_same<Q, fp8e4m3>::value;
     for (int i = threadIdx.x; i < 2 * TC_BK * P; i += blockDim.x) {
         const int which = i / (TC_BK * P), rem = i - which * TC_BK * P, r = rem / P, c = rem - r * P;
 #pragma unroll
@@ -330,18 +329,13 @@ __device__ __forceinline__ void tc_convert(__half *ks, __half *vs, const uint8_t
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const uint32_t x = e < 2 ? w.x : w.y;
-                o[e] = F8 ? f8_pair(x, 0u, (e & 1) ? 0x3424u : 0x1404u) : i8_pair(x, x, (e & 1) ? 0x3322u : 0x1100u);
+                o[e] = kv_code_pair<Q>(x, x, 2 * (e & 1), 2 * (e & 1) + 1);
             }
             *reinterpret_cast<uint4 *>((which ? vs : ks) + r * LD + ch * 8) = make_uint4(o[0], o[1], o[2], o[3]);
         }
     }
 }
 
-/* What a code's fp16 element is multiplied by to give the code's value (e4m3: 2^8), and for V's the power of two
- * the weights carry besides (int8: P times the row scale, amax / 127, is fp16-subnormal for amax below 7.7e-3;
- * times 64, below 1.2e-4), which the output gives back. */
-template <typename Q> constexpr float tc_code_unit() { return std::is_same<Q, fp8e4m3>::value ? 256.0f : 1.0f; }
-template <typename Q> constexpr float tc_p_unit() { return std::is_same<Q, fp8e4m3>::value ? 1.0f : 64.0f; }
 
 #endif
 
@@ -484,7 +478,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) /* the codes are exact values (tc_convert) */
-                        s[nt][e] *= ksl[nt * 8 + 2 * t4 + (e & 1)] * tc_code_unit<Q>();
+                        s[nt][e] *= ksl[nt * 8 + 2 * t4 + (e & 1)] * kv_code_unit<Q>();
             }
             if (cap2 > 0.0f)
 #pragma unroll
@@ -531,7 +525,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        s[nt][e] *= vsl[nt * 8 + 2 * t4 + (e & 1)] * (tc_code_unit<Q>() * tc_p_unit<Q>());
+                        s[nt][e] *= vsl[nt * 8 + 2 * t4 + (e & 1)] * (kv_code_unit<Q>() * kv_weight_unit<Q>());
             }
 #pragma unroll
             for (int i = 0; i < 2 * VC; i++) {
@@ -564,7 +558,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        l[r] = l[r] > 0.0f ? (QUANT ? 1.0f / tc_p_unit<Q>() : 1.0f) / l[r] : 0.0f;
+        l[r] = l[r] > 0.0f ? (QUANT ? 1.0f / kv_weight_unit<Q>() : 1.0f) / l[r] : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < 2 * VC; i++) {

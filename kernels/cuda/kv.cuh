@@ -81,6 +81,24 @@ __device__ __forceinline__ uint32_t f8_pair(uint32_t x, uint32_t y, uint32_t sel
     return (t & 0x80008000u) | ((t >> 1) & 0x3f803f80u);
 }
 
+/* Byte bx of x and byte by of y, two int8 or e4m3 codes, as an fp16 pair (i8_pair, f8_pair): what the attention
+ * kernels on tensor cores multiply. */
+template <typename T> __device__ __forceinline__ uint32_t kv_code_pair(uint32_t x, uint32_t y, int bx, int by)
+{
+    if constexpr (std::is_same<T, int8_t>::value)
+        return i8_pair(x, y, (uint32_t)(bx | bx << 4 | (4 + by) << 8 | (4 + by) << 12));
+    else
+        return f8_pair(x, y, (uint32_t)(bx << 4 | (4 + by) << 12));
+}
+
+/* What an element of kv_code_pair's pair is multiplied by to give the code's value: 2^8 for e4m3, else 1. */
+template <typename T> constexpr float kv_code_unit() { return std::is_same<T, fp8e4m3>::value ? 256.0f : 1.0f; }
+
+/* Those kernels put V's row scale on the softmax weights P before P is split into fp16 value and remainder. For
+ * int8, P times the scale (amax / 127) is fp16-subnormal for amax below 7.7e-3; times this power of two, 64,
+ * below 1.2e-4, and the output gives it back. e4m3's kv_code_unit does the same for it, so 1 there. */
+template <typename T> constexpr float kv_weight_unit() { return std::is_same<T, int8_t>::value ? 64.0f : 1.0f; }
+
 /* Row quantization, by one warp: x[hd] (fp32, any memory) to codes[hd] and its scale, which it returns. */
 template <typename T> __device__ __forceinline__ float kv_quantize_row(T *codes, const float *x, int hd)
 {
